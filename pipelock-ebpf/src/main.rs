@@ -1,0 +1,19 @@
+//! pipelock's kernel-side programs. Built for `bpfel-unknown-none` by
+//! `pipelock-user/build.rs` (aya-build) and embedded in the `pipelock` binary.
+#![no_std]
+#![no_main]
+
+mod capability;
+mod contention;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects any reachable panic, so this is never executed.
+    loop {}
+}
+
+// GPL-compatible: bpf_probe_read_kernel and the tracing helpers are GPL-only.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

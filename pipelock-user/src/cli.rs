@@ -1,0 +1,74 @@
+//! Command-line interface (clap derive); `main.rs` dispatches on it.
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pipelock",
+    version,
+    about = "How long Linux pipe locks are waited for and held, and why",
+    long_about = "pipelock attaches eBPF programs to the kernel's pipe and lock paths and \
+                  reports per-lock wait and hold times. It needs root (or CAP_BPF + CAP_PERFMON)."
+)]
+pub struct Cli {
+    /// Print the eBPF programs' own log messages (aya-log) to stderr.
+    #[arg(long, global = true)]
+    pub ebpf_log: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Report what this kernel offers pipelock: BTF, tracefs, kprobes, which
+    /// program types load, which lock functions exist, and the mode `auto` picks.
+    Probe(ProbeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Also prove the pipeline end to end: attach a counter to
+    /// lock:contention_begin, contend a pipe, and report the count.
+    #[arg(long)]
+    pub self_test: bool,
+
+    /// How long the self-test contends the pipe, in seconds.
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, requires = "self_test")]
+    pub duration: Duration,
+
+    /// Read kernel facts from a captured tree (proc/, sys/ below DIR) instead of
+    /// the running kernel; program types are then reported as not tested.
+    #[arg(long, value_name = "DIR", conflicts_with = "self_test")]
+    pub kernel_facts: Option<PathBuf>,
+}
+
+/// A positive, finite number of seconds (fractions allowed).
+pub fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
+        return Err(format!("`{text}`: seconds must be greater than 0"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn seconds_must_be_positive() {
+        assert_eq!(parse_seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_seconds("0").is_err());
+        assert!(parse_seconds("-3").is_err());
+        assert!(parse_seconds("nan").is_err());
+        assert!(parse_seconds("soon").is_err());
+    }
+}

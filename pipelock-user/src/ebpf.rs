@@ -1,0 +1,122 @@
+//! The embedded eBPF object: loading it, and the live checks of which program
+//! types this kernel accepts.
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
+};
+use pipelock_common::{CONTENTION_BEGIN_TRACEPOINT, programs};
+
+use crate::{
+    Error,
+    attach::{AttachSupport, Support},
+    error::one_line,
+    inspector::KernelInspector,
+};
+
+/// The object built from `pipelock-ebpf` (empty in a `PIPELOCK_EBPF_STUB=1` build).
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pipelock"));
+
+/// Loads the embedded object (maps created, no program loaded yet).
+///
+/// With `log`, kernel-side aya-log messages are forwarded to the `log` crate.
+pub fn load(log: bool) -> Result<Ebpf, Error> {
+    if OBJECT.is_empty() {
+        return Err(Error::StubObject);
+    }
+    let mut ebpf = EbpfLoader::new()
+        .load(OBJECT)
+        .map_err(|source| Error::Load { source })?;
+    if log {
+        // Logging is best effort: an object without log statements has no log map.
+        if let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {
+            log::warn!("eBPF logging unavailable: {}", one_line(&err));
+        }
+    }
+    Ok(ebpf)
+}
+
+/// The named program of `ebpf`, as its concrete type.
+pub fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, Error>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let missing = || Error::Missing {
+        kind: "program",
+        name: name.to_owned(),
+    };
+    let program = ebpf.program_mut(name).ok_or_else(missing)?;
+    program.try_into().map_err(|_| missing())
+}
+
+fn outcome(result: Result<(), ProgramError>) -> Support {
+    match result {
+        Ok(()) => Support::Works,
+        Err(err) => Support::Refused(one_line(&err)),
+    }
+}
+
+/// Loads and attaches one test program of each type, then detaches them all.
+///
+/// `btf_target` (in BTF and kallsyms) and `kprobe_target` (in kallsyms) are
+/// the functions the fentry and kprobe test programs attach to.
+pub fn check_support(
+    inspector: &KernelInspector,
+    btf_target: Option<&str>,
+    kprobe_target: Option<&str>,
+) -> Result<AttachSupport, Error> {
+    let mut ebpf = load(false)?;
+    let kernel_btf = if inspector.has_btf() {
+        Some(Btf::from_sys_fs().map_err(|err| Support::Refused(one_line(&err))))
+    } else {
+        None
+    };
+    let no_btf = || Support::NotTested("no kernel BTF".to_owned());
+    let (category, name) = CONTENTION_BEGIN_TRACEPOINT;
+
+    let tracepoint = if inspector.has_tracepoint(category, name) {
+        let prog: &mut TracePoint = program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_TP)?;
+        outcome(prog.load().and_then(|()| prog.attach(category, name).map(drop)))
+    } else {
+        Support::NotTested(format!("tracefs has no {category}:{name}"))
+    };
+
+    let tp_btf = match &kernel_btf {
+        Some(Ok(btf)) => {
+            let prog: &mut BtfTracePoint =
+                program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_BTF)?;
+            outcome(prog.load(name, btf).and_then(|()| prog.attach().map(drop)))
+        }
+        Some(Err(refused)) => refused.clone(),
+        None => no_btf(),
+    };
+
+    let fentry = match (&kernel_btf, btf_target) {
+        (Some(Ok(btf)), Some(target)) => {
+            let prog: &mut FEntry = program_mut(&mut ebpf, programs::PROBE_FENTRY)?;
+            outcome(prog.load(target, btf).and_then(|()| prog.attach().map(drop)))
+        }
+        (Some(Err(refused)), _) => refused.clone(),
+        (Some(Ok(_)), None) => Support::NotTested("no target function in BTF".to_owned()),
+        (None, _) => no_btf(),
+    };
+
+    let kprobe = match kprobe_target {
+        _ if !inspector.has_kprobes() => {
+            Support::Refused("no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned())
+        }
+        Some(target) => {
+            let prog: &mut KProbe = program_mut(&mut ebpf, programs::PROBE_KPROBE)?;
+            outcome(prog.load().and_then(|()| prog.attach(target, 0).map(drop)))
+        }
+        None => Support::NotTested("no target function in kallsyms".to_owned()),
+    };
+
+    // Dropping `ebpf` detaches and unloads every program loaded above.
+    drop(ebpf);
+    Ok(AttachSupport {
+        fentry,
+        kprobe,
+        tracepoint,
+        tp_btf,
+    })
+}

@@ -1,0 +1,89 @@
+use std::{io, path::PathBuf};
+
+/// Everything that can stop a pipelock command; `main` prints it as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Loading BPF programs needs privileges the caller lacks.
+    #[error("pipelock needs root (or CAP_BPF and CAP_PERFMON) to load eBPF programs; run it with sudo")]
+    NotPrivileged,
+    /// The binary was built with `PIPELOCK_EBPF_STUB=1` and carries no programs.
+    #[error(
+        "this pipelock binary was built without its eBPF programs (PIPELOCK_EBPF_STUB=1); \
+         rebuild it with `cargo xtask build`"
+    )]
+    StubObject,
+    /// A kernel fact could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel's BTF could not be parsed.
+    #[error("cannot parse kernel BTF at {path}")]
+    Btf {
+        path: PathBuf,
+        #[source]
+        source: btf_rs::Error,
+    },
+    /// The embedded eBPF object was rejected as a whole.
+    #[error("cannot load pipelock's eBPF object")]
+    Load {
+        #[source]
+        source: aya::EbpfError,
+    },
+    /// The object lacks a program or map userspace expects (a build mismatch).
+    #[error("the eBPF object has no {kind} named {name}")]
+    Missing { kind: &'static str, name: String },
+    /// A program failed to load or attach.
+    #[error("cannot {action} eBPF program {program}")]
+    Program {
+        action: &'static str,
+        program: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// A map could not be read.
+    #[error("cannot read eBPF map {map}")]
+    Map {
+        map: String,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// A system call needed by pipelock failed.
+    #[error("{what} failed")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// The self-test ran but saw nothing: the pipeline is broken somewhere.
+    #[error("self-test failed: {reason}")]
+    SelfTest { reason: String },
+}
+
+impl Error {
+    pub(crate) fn read(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Read { path, source }
+    }
+}
+
+/// One line with every cause, the way `main` reports errors: `a: b: c`.
+pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut cause = err.source();
+    while let Some(err) = cause {
+        let text = err.to_string();
+        // aya nests errors that repeat their inner message; print each once.
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = err.source();
+    }
+    // aya appends "Verifier output: <log>" even when the log is empty.
+    let line = line.replace('\n', " ");
+    let line = line.trim_end();
+    line.strip_suffix("Verifier output:").unwrap_or(line).trim_end().to_owned()
+}

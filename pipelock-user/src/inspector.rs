@@ -1,0 +1,182 @@
+//! Every fact pipelock reads about the running kernel goes through
+//! [`KernelInspector`]. Its paths hang off one root directory: `/` on a live
+//! system, a fixture tree captured from a real kernel in tests. Nothing here
+//! loads programs or changes the system (see [`crate::ebpf`] for that).
+use std::{
+    collections::HashSet,
+    fs,
+    path::{Path, PathBuf},
+};
+
+use crate::Error;
+
+/// The two places tracefs is found: its own mount, and the debugfs legacy path.
+const TRACEFS_DIRS: [&str; 2] = ["sys/kernel/tracing", "sys/kernel/debug/tracing"];
+
+/// Reads kernel facts below a root directory.
+#[derive(Clone, Debug)]
+pub struct KernelInspector {
+    root: PathBuf,
+}
+
+/// Text symbols from `/proc/kallsyms` (functions only; data symbols are not
+/// there without `CONFIG_KALLSYMS_ALL`, so pipelock never relies on them).
+#[derive(Clone, Debug, Default)]
+pub struct Kallsyms {
+    functions: HashSet<String>,
+}
+
+impl Kallsyms {
+    pub fn parse(text: &str) -> Self {
+        let functions = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_ascii_whitespace();
+                let (_addr, kind, name) = (fields.next()?, fields.next()?, fields.next()?);
+                matches!(kind, "t" | "T").then(|| name.to_owned())
+            })
+            .collect();
+        Self { functions }
+    }
+
+    pub fn has_function(&self, name: &str) -> bool {
+        self.functions.contains(name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.functions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.functions.is_empty()
+    }
+}
+
+/// The kernel's BTF (`/sys/kernel/btf/vmlinux`): function and struct layouts.
+pub struct KernelBtf {
+    btf: btf_rs::Btf,
+}
+
+impl KernelBtf {
+    /// Whether BTF describes a function of this name (a fentry/tp_btf target
+    /// must have a BTF FUNC; kallsyms alone is not enough).
+    pub fn has_function(&self, name: &str) -> bool {
+        self.btf
+            .resolve_types_by_name(name)
+            .is_ok_and(|types| types.iter().any(|t| matches!(t, btf_rs::Type::Func(_))))
+    }
+}
+
+impl KernelInspector {
+    /// An inspector of the running kernel.
+    pub fn live() -> Self {
+        Self::at("/")
+    }
+
+    /// An inspector whose `/` is `root` (a fixture tree in tests).
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.root.join(relative)
+    }
+
+    fn read(&self, relative: &str) -> Result<String, Error> {
+        let path = self.path(relative);
+        fs::read_to_string(&path).map_err(Error::read(path))
+    }
+
+    /// `uname -r`.
+    pub fn release(&self) -> Result<String, Error> {
+        Ok(self.read("proc/sys/kernel/osrelease")?.trim().to_owned())
+    }
+
+    /// The kernel version as (major, minor, patch), parsed from the release.
+    pub fn version(&self) -> Result<(u32, u32, u32), Error> {
+        let release = self.release()?;
+        Ok(parse_version(&release))
+    }
+
+    pub fn btf_path(&self) -> PathBuf {
+        self.path("sys/kernel/btf/vmlinux")
+    }
+
+    pub fn has_btf(&self) -> bool {
+        self.btf_path().is_file()
+    }
+
+    pub fn btf(&self) -> Result<KernelBtf, Error> {
+        let path = self.btf_path();
+        let btf = btf_rs::Btf::from_file(&path).map_err(|source| Error::Btf { path, source })?;
+        Ok(KernelBtf { btf })
+    }
+
+    pub fn kallsyms(&self) -> Result<Kallsyms, Error> {
+        Ok(Kallsyms::parse(&self.read("proc/kallsyms")?))
+    }
+
+    /// The kprobe PMU exists only with `CONFIG_KPROBES`; aya attaches through it.
+    pub fn has_kprobes(&self) -> bool {
+        self.path("sys/bus/event_source/devices/kprobe/type").is_file()
+    }
+
+    /// Where tracefs is mounted below the root, if it is.
+    pub fn tracefs(&self) -> Option<PathBuf> {
+        TRACEFS_DIRS
+            .iter()
+            .map(|dir| self.path(dir))
+            .find(|dir| dir.join("events").is_dir())
+    }
+
+    /// Whether tracefs lists the tracepoint `category:name`.
+    pub fn has_tracepoint(&self, category: &str, name: &str) -> bool {
+        self.tracefs()
+            .is_some_and(|dir| dir.join("events").join(category).join(name).join("id").is_file())
+    }
+}
+
+/// `6.18.44-fc-v782` → (6, 18, 44); missing parts are 0.
+pub fn parse_version(release: &str) -> (u32, u32, u32) {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|part| part.parse().unwrap_or(0));
+    (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kallsyms_keeps_text_symbols_only() {
+        let syms = Kallsyms::parse(
+            "ffffffff81000000 T _stext\n\
+             ffffffff81234560 t pipe_read\n\
+             ffffffff82000000 D pipefifo_fops\n\
+             ffffffffc0000000 t some_fn\t[some_module]\n\
+             garbage\n",
+        );
+        assert!(syms.has_function("pipe_read"));
+        assert!(syms.has_function("_stext"));
+        assert!(syms.has_function("some_fn"));
+        assert!(!syms.has_function("pipefifo_fops"));
+        assert_eq!(syms.len(), 3);
+    }
+
+    #[test]
+    fn versions_parse_from_distro_releases() {
+        assert_eq!(parse_version("6.1.0-44-cloud-amd64"), (6, 1, 0));
+        assert_eq!(parse_version("6.12.57+deb12-cloud-amd64"), (6, 12, 57));
+        assert_eq!(parse_version("6.18.44-fc-v782"), (6, 18, 44));
+        assert_eq!(parse_version("weird"), (0, 0, 0));
+    }
+}

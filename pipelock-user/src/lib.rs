@@ -1,0 +1,17 @@
+//! pipelock's userspace: kernel inspection, loading and attaching the embedded
+//! eBPF programs, and the reports built from what they collect.
+//!
+//! Data flows in one direction: [`inspector`] (what the kernel offers) →
+//! [`attach`] (which mode each lock class gets) → [`ebpf`] (load, attach, read
+//! maps) → the reports in [`probe`] and [`selftest`].
+
+pub mod attach;
+pub mod cli;
+pub mod ebpf;
+pub mod error;
+pub mod inspector;
+pub mod privilege;
+pub mod probe;
+pub mod selftest;
+
+pub use error::Error;
