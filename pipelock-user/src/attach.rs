@@ -63,6 +63,42 @@ pub struct AttachSupport {
     pub tp_btf: Support,
 }
 
+impl AttachSupport {
+    const FIELDS: [&str; 4] = ["fentry", "kprobe", "tracepoint", "tp_btf"];
+
+    fn fields(&self) -> [&Support; 4] {
+        [&self.fentry, &self.kprobe, &self.tracepoint, &self.tp_btf]
+    }
+
+    /// `name: outcome` lines, read back by [`Self::from_text`].
+    pub fn to_text(&self) -> String {
+        Self::FIELDS
+            .iter()
+            .zip(self.fields())
+            .map(|(name, support)| format!("{name}: {support}\n"))
+            .collect()
+    }
+
+    pub fn from_text(text: &str) -> Option<Self> {
+        let support = |field: &str| {
+            let line = text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(": "))?;
+            if line == "yes" {
+                Some(Support::Works)
+            } else if let Some(why) = line.strip_prefix("refused: ") {
+                Some(Support::Refused(why.to_owned()))
+            } else {
+                line.strip_prefix("not tested: ").map(|why| Support::NotTested(why.to_owned()))
+            }
+        };
+        Some(Self {
+            fentry: support("fentry")?,
+            kprobe: support("kprobe")?,
+            tracepoint: support("tracepoint")?,
+            tp_btf: support("tp_btf")?,
+        })
+    }
+}
+
 /// A lock class pipelock reports on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockClass {
@@ -342,5 +378,101 @@ impl fmt::Display for ModeChoice {
             ),
             Self::Unavailable => f.write_str("unavailable: no fentry, kprobe or lock:contention_* tracepoint"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::inspector::KernelInspector;
+
+    fn fixture(name: &str) -> KernelInspector {
+        KernelInspector::at(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernels").join(name))
+    }
+
+    fn all(support: Support) -> AttachSupport {
+        AttachSupport {
+            fentry: support.clone(),
+            kprobe: support.clone(),
+            tracepoint: support.clone(),
+            tp_btf: support,
+        }
+    }
+
+    /// Mode choices for every class on a fixture kernel, with given support.
+    fn choices(kernel: &str, support: &AttachSupport) -> Vec<ModeChoice> {
+        let inspector = fixture(kernel);
+        let kallsyms = inspector.kallsyms().unwrap();
+        let btf = inspector.btf().unwrap();
+        let facts = KernelFacts {
+            kallsyms: &kallsyms,
+            btf: Some(&btf),
+            support,
+            contention_tracepoints: inspector.has_tracepoint("lock", "contention_begin"),
+        };
+        LockClass::ALL.iter().map(|&c| facts.auto_mode(c)).collect()
+    }
+
+    #[test]
+    fn host_618_falls_back_to_tp_btf_as_measured() {
+        let inspector = fixture("host-6.18.44");
+        let recorded = inspector.recorded_support().unwrap().unwrap();
+        assert!(matches!(&recorded.fentry, Support::Refused(why) if why.contains("Operation not permitted")));
+        assert!(!recorded.kprobe.works());
+        for choice in choices("host-6.18.44", &recorded) {
+            assert_eq!(choice, ModeChoice::WaitOnly { kind: TracepointKind::TpBtf });
+        }
+    }
+
+    #[test]
+    fn host_618_hooks_anon_pipe_functions_when_fentry_works() {
+        let picked = choices("host-6.18.44", &all(Support::Works));
+        assert_eq!(
+            picked[0],
+            ModeChoice::Hooks {
+                mode: AttachMode::Fentry,
+                functions: vec!["anon_pipe_read", "anon_pipe_write", "mutex_lock", "mutex_unlock"],
+            }
+        );
+    }
+
+    #[test]
+    fn kprobe_is_next_and_classic_tracepoint_is_the_floor() {
+        let mut support = all(Support::Refused("EPERM".into()));
+        support.kprobe = Support::Works;
+        assert_eq!(choices("host-6.18.44", &support)[0].mode(), Some(AttachMode::Kprobe));
+
+        let mut support = all(Support::Refused("EPERM".into()));
+        support.tracepoint = Support::Works;
+        assert_eq!(choices("host-6.18.44", &support)[1], ModeChoice::WaitOnly { kind: TracepointKind::Classic });
+
+        assert_eq!(choices("host-6.18.44", &all(Support::Refused("x".into())))[2], ModeChoice::Unavailable);
+    }
+
+    #[test]
+    fn lockref_functions_are_never_hookable() {
+        let inspector = fixture("host-6.18.44");
+        let kallsyms = inspector.kallsyms().unwrap();
+        let btf = inspector.btf().unwrap();
+        let support = all(Support::Works);
+        let facts = KernelFacts { kallsyms: &kallsyms, btf: Some(&btf), support: &support, contention_tracepoints: true };
+        assert!(kallsyms.has_function("lockref_get_not_dead"));
+        assert_eq!(facts.hookable("lockref_get_not_dead"), Hookable::Notrace);
+        assert_eq!(facts.hookable("pipe_read"), Hookable::Absent);
+        assert_eq!(facts.hookable("dput"), Hookable::By(AttachMode::Fentry));
+    }
+
+    #[test]
+    fn support_round_trips_through_text() {
+        let support = AttachSupport {
+            fentry: Support::Refused("the BPF_PROG_LOAD syscall returned EPERM".into()),
+            kprobe: Support::NotTested("no target".into()),
+            tracepoint: Support::Works,
+            tp_btf: Support::Works,
+        };
+        assert_eq!(AttachSupport::from_text(&support.to_text()), Some(support));
+        assert_eq!(AttachSupport::from_text("fentry: yes\n"), None);
     }
 }

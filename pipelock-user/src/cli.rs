@@ -38,8 +38,14 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, requires = "self_test")]
     pub duration: Duration,
 
+    /// Save the kernel facts pipelock reads (filtered kallsyms, BTF, tracepoints,
+    /// program-type checks) into the new directory DIR, for --kernel-facts or
+    /// as a test fixture.
+    #[arg(long, value_name = "DIR", conflicts_with = "kernel_facts")]
+    pub save_facts: Option<PathBuf>,
+
     /// Read kernel facts from a captured tree (proc/, sys/ below DIR) instead of
-    /// the running kernel; program types are then reported as not tested.
+    /// the running kernel (see --save-facts); nothing is loaded.
     #[arg(long, value_name = "DIR", conflicts_with = "self_test")]
     pub kernel_facts: Option<PathBuf>,
 }

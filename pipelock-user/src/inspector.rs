@@ -8,7 +8,21 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::Error;
+use crate::{Error, attach::AttachSupport};
+
+/// Kernel function names a captured fixture keeps from kallsyms: every family
+/// pipelock hooks or may hook (the full list is ~200k lines and mostly noise).
+const CAPTURED_SYMBOL_PARTS: &[&str] = &[
+    "pipe", "mutex", "spin_", "wake_up", "wait", "lockref", "dput", "dget", "legitimize",
+    "unlazy", "vfs_", "complete_walk",
+];
+
+/// The tracepoints whose presence a fixture records.
+const CAPTURED_TRACEPOINTS: &[(&str, &str)] =
+    &[("lock", "contention_begin"), ("lock", "contention_end")];
+
+/// Where a captured tree records the live program-type checks.
+const SUPPORT_FILE: &str = "pipelock-attach-support.txt";
 
 /// The two places tracefs is found: its own mount, and the debugfs legacy path.
 const TRACEFS_DIRS: [&str; 2] = ["sys/kernel/tracing", "sys/kernel/debug/tracing"];
@@ -133,10 +147,72 @@ impl KernelInspector {
             .find(|dir| dir.join("events").is_dir())
     }
 
+    /// Program-type checks recorded with a captured tree, if any (a live
+    /// kernel has none: they are made by loading programs, see `crate::ebpf`).
+    pub fn recorded_support(&self) -> Result<Option<AttachSupport>, Error> {
+        let path = self.path(SUPPORT_FILE);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let text = self.read(SUPPORT_FILE)?;
+        AttachSupport::from_text(&text).map(Some).ok_or_else(|| Error::Read {
+            path,
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not an attach-support record"),
+        })
+    }
+
     /// Whether tracefs lists the tracepoint `category:name`.
     pub fn has_tracepoint(&self, category: &str, name: &str) -> bool {
         self.tracefs()
             .is_some_and(|dir| dir.join("events").join(category).join(name).join("id").is_file())
+    }
+}
+
+impl KernelInspector {
+    /// Copies the facts this inspector reads into `dest`, laid out as below `/`,
+    /// so `KernelInspector::at(dest)` answers as this kernel does. This is how
+    /// the test fixtures of real kernels are made (`pipelock probe --save-facts`).
+    ///
+    /// `support`, the live program-type checks, is recorded beside the facts.
+    pub fn capture(&self, dest: &Path, support: Option<&AttachSupport>) -> Result<(), Error> {
+        let write = |relative: &str, contents: &[u8]| -> Result<(), Error> {
+            let path = dest.join(relative);
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir).map_err(Error::read(dir))?;
+            }
+            fs::write(&path, contents).map_err(Error::read(path))
+        };
+        write("proc/sys/kernel/osrelease", self.read("proc/sys/kernel/osrelease")?.as_bytes())?;
+        let kallsyms: String = self
+            .read("proc/kallsyms")?
+            .lines()
+            .filter(|line| {
+                let name = line.split_ascii_whitespace().nth(2).unwrap_or("");
+                CAPTURED_SYMBOL_PARTS.iter().any(|part| name.contains(part))
+            })
+            .flat_map(|line| [line, "\n"])
+            .collect();
+        write("proc/kallsyms", kallsyms.as_bytes())?;
+        if self.has_btf() {
+            let btf = fs::read(self.btf_path()).map_err(Error::read(self.btf_path()))?;
+            write("sys/kernel/btf/vmlinux", &btf)?;
+        }
+        if self.has_kprobes() {
+            let kprobe_type = "sys/bus/event_source/devices/kprobe/type";
+            write(kprobe_type, self.read(kprobe_type)?.as_bytes())?;
+        }
+        if let Some(tracefs) = self.tracefs() {
+            for (category, name) in CAPTURED_TRACEPOINTS {
+                let id = format!("events/{category}/{name}/id");
+                if let Ok(value) = fs::read(tracefs.join(&id)) {
+                    write(&format!("{}/{id}", TRACEFS_DIRS[0]), &value)?;
+                }
+            }
+        }
+        if let Some(support) = support {
+            write(SUPPORT_FILE, support.to_text().as_bytes())?;
+        }
+        Ok(())
     }
 }
 

@@ -1,4 +1,8 @@
-use std::process::ExitCode;
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use clap::Parser as _;
 use pipelock_user::{
@@ -33,23 +37,52 @@ fn run(cli: Cli) -> Result<(), Error> {
 
 fn run_probe(args: &ProbeArgs, ebpf_log: bool) -> Result<(), Error> {
     if let Some(dir) = &args.kernel_facts {
-        let not_tested = || Support::NotTested(format!("facts read from {}", dir.display()));
-        let given = AttachSupport {
-            fentry: not_tested(),
-            kprobe: not_tested(),
-            tracepoint: not_tested(),
-            tp_btf: not_tested(),
-        };
-        let report = probe::gather(&KernelInspector::at(dir), probe::Checks::Given(given))?;
+        let inspector = KernelInspector::at(dir);
+        let given = inspector.recorded_support()?.unwrap_or_else(|| {
+            let not_tested = || Support::NotTested(format!("no checks recorded in {}", dir.display()));
+            AttachSupport {
+                fentry: not_tested(),
+                kprobe: not_tested(),
+                tracepoint: not_tested(),
+                tp_btf: not_tested(),
+            }
+        });
+        let report = probe::gather(&inspector, probe::Checks::Given(given))?;
         print!("{}", probe::render(&report));
         return Ok(());
     }
     privilege::require()?;
-    let report = probe::gather(&KernelInspector::live(), probe::Checks::Live)?;
+    let inspector = KernelInspector::live();
+    let report = probe::gather(&inspector, probe::Checks::Live)?;
     print!("{}", probe::render(&report));
+    if let Some(dest) = &args.save_facts {
+        save_facts(&inspector, &report.support, dest)?;
+        println!("\nkernel facts saved to {}", dest.display());
+    }
     if args.self_test {
         println!();
         print!("{}", selftest::run(args.duration, ebpf_log)?.render());
     }
     Ok(())
+}
+
+/// Captures into a sibling temporary directory first, so an interrupted or
+/// failed capture never leaves a half-written DIR behind.
+fn save_facts(inspector: &KernelInspector, support: &AttachSupport, dest: &Path) -> Result<(), Error> {
+    if dest.exists() {
+        return Err(Error::Io {
+            what: "saving kernel facts",
+            source: io::Error::new(io::ErrorKind::AlreadyExists, format!("{} already exists", dest.display())),
+        });
+    }
+    let mut staging = dest.as_os_str().to_owned();
+    staging.push(format!(".partial-{}", std::process::id()));
+    let staging = PathBuf::from(staging);
+    let result = inspector
+        .capture(&staging, Some(support))
+        .and_then(|()| fs::rename(&staging, dest).map_err(|source| Error::Io { what: "renaming the captured facts", source }));
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&staging);
+    }
+    result
 }

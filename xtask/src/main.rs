@@ -1,1 +1,108 @@
-fn main(){}
+//! `cargo xtask …`: builds pipelock from nothing but rustup and cargo, runs it,
+//! and runs every test layer. See README.md for the two commands that matter.
+mod bootstrap;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "pipelock's build, bootstrap and test driver")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Bootstrap nightly + rust-src + bpf-linker if needed, then build
+    /// target/release/pipelock with its eBPF programs embedded.
+    Build,
+    /// Build, then run the main job: the self-test of the tracing pipeline
+    /// (as root: `pipelock probe --self-test`).
+    Run {
+        /// Extra arguments for pipelock (default: `probe --self-test`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build, then run every test layer: clippy, unit tests, and the
+    /// integration tests (eBPF object check; privileged ones need root).
+    Test,
+}
+
+fn main() -> std::process::ExitCode {
+    match task(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn task(task: Task) -> Result<()> {
+    let root = workspace_root();
+    match task {
+        Task::Build => build(&root).map(drop),
+        Task::Run { args } => {
+            let pipelock = build(&root)?;
+            let args = if args.is_empty() {
+                vec!["probe".to_owned(), "--self-test".to_owned()]
+            } else {
+                args
+            };
+            run(Command::new(pipelock).args(args))
+        }
+        Task::Test => test(&root),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+/// Runs a command to completion, echoing it first; fails on a non-zero exit.
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+/// A cargo command with bpf-linker on PATH, so pipelock-user's build.rs finds it.
+fn cargo(root: &Path, tools: &bootstrap::Tools) -> Result<Command> {
+    let mut path = vec![tools.bin_dir.clone()];
+    path.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(root)
+        .env("PATH", std::env::join_paths(path)?)
+        .env_remove("PIPELOCK_EBPF_STUB");
+    Ok(cmd)
+}
+
+fn build(root: &Path) -> Result<PathBuf> {
+    let tools = bootstrap::ensure(root)?;
+    run(cargo(root, &tools)?.args(["build", "--release", "--package", "pipelock-user"]))?;
+    Ok(root.join("target/release/pipelock"))
+}
+
+fn test(root: &Path) -> Result<()> {
+    let tools = bootstrap::ensure(root)?;
+    run(cargo(root, &tools)?.args(["build", "--release", "--package", "pipelock-user"]))?;
+    // Default members only: pipelock-ebpf builds for the BPF target, not the host.
+    run(cargo(root, &tools)?.args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
+    // Unit tests, then the integration harness (pipelock-user/tests/integration.rs:
+    // the eBPF object check and the privileged host tests), which prints its own
+    // `N passed, N failed, N skipped` line.
+    run(cargo(root, &tools)?.args(["test", "--release"]))?;
+    Ok(())
+}
