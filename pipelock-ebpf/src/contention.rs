@@ -1,10 +1,10 @@
 //! `lock:contention_begin` counters: the first program of the pipeline, used by
 //! `pipelock probe --self-test` to prove load → attach → map read end to end.
 use aya_ebpf::{
+    EbpfContext,
     macros::{btf_tracepoint, map, tracepoint},
     maps::PerCpuArray,
     programs::{BtfTracePointContext, TracePointContext},
-    EbpfContext,
 };
 use aya_log_ebpf::error;
 

@@ -81,13 +81,16 @@ impl AttachSupport {
 
     pub fn from_text(text: &str) -> Option<Self> {
         let support = |field: &str| {
-            let line = text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(": "))?;
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(": "))?;
             if line == "yes" {
                 Some(Support::Works)
             } else if let Some(why) = line.strip_prefix("refused: ") {
                 Some(Support::Refused(why.to_owned()))
             } else {
-                line.strip_prefix("not tested: ").map(|why| Support::NotTested(why.to_owned()))
+                line.strip_prefix("not tested: ")
+                    .map(|why| Support::NotTested(why.to_owned()))
             }
         };
         Some(Self {
@@ -293,7 +296,10 @@ impl KernelFacts<'_> {
 
     /// The function a hook resolves to in `mode`: its first candidate that can be hooked.
     pub fn resolve(&self, hook: Hook, mode: AttachMode) -> Option<&'static str> {
-        hook.candidates.iter().copied().find(|f| self.can_hook(f, mode))
+        hook.candidates
+            .iter()
+            .copied()
+            .find(|f| self.can_hook(f, mode))
     }
 
     /// The contention tracepoint flavour that works: tp_btf is preferred (typed
@@ -314,8 +320,11 @@ impl KernelFacts<'_> {
     /// of the class resolves, else the contention tracepoints, else nothing.
     pub fn auto_mode(&self, class: LockClass) -> ModeChoice {
         for mode in [AttachMode::Fentry, AttachMode::Kprobe] {
-            let resolved: Option<Vec<&'static str>> =
-                class.hooks().iter().map(|hook| self.resolve(*hook, mode)).collect();
+            let resolved: Option<Vec<&'static str>> = class
+                .hooks()
+                .iter()
+                .map(|hook| self.resolve(*hook, mode))
+                .collect();
             if let Some(functions) = resolved {
                 return ModeChoice::Hooks { mode, functions };
             }
@@ -376,7 +385,9 @@ impl fmt::Display for ModeChoice {
                 f,
                 "tracepoint ({kind}): wait of contended acquisitions only; hold n/a: needs fentry or kprobe"
             ),
-            Self::Unavailable => f.write_str("unavailable: no fentry, kprobe or lock:contention_* tracepoint"),
+            Self::Unavailable => {
+                f.write_str("unavailable: no fentry, kprobe or lock:contention_* tracepoint")
+            }
         }
     }
 }
@@ -389,7 +400,11 @@ mod tests {
     use crate::inspector::KernelInspector;
 
     fn fixture(name: &str) -> KernelInspector {
-        KernelInspector::at(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernels").join(name))
+        KernelInspector::at(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/kernels")
+                .join(name),
+        )
     }
 
     fn all(support: Support) -> AttachSupport {
@@ -419,10 +434,17 @@ mod tests {
     fn host_618_falls_back_to_tp_btf_as_measured() {
         let inspector = fixture("host-6.18.44");
         let recorded = inspector.recorded_support().unwrap().unwrap();
-        assert!(matches!(&recorded.fentry, Support::Refused(why) if why.contains("Operation not permitted")));
+        assert!(
+            matches!(&recorded.fentry, Support::Refused(why) if why.contains("Operation not permitted"))
+        );
         assert!(!recorded.kprobe.works());
         for choice in choices("host-6.18.44", &recorded) {
-            assert_eq!(choice, ModeChoice::WaitOnly { kind: TracepointKind::TpBtf });
+            assert_eq!(
+                choice,
+                ModeChoice::WaitOnly {
+                    kind: TracepointKind::TpBtf
+                }
+            );
         }
     }
 
@@ -433,22 +455,76 @@ mod tests {
             picked[0],
             ModeChoice::Hooks {
                 mode: AttachMode::Fentry,
-                functions: vec!["anon_pipe_read", "anon_pipe_write", "mutex_lock", "mutex_unlock"],
+                functions: vec![
+                    "anon_pipe_read",
+                    "anon_pipe_write",
+                    "mutex_lock",
+                    "mutex_unlock"
+                ],
             }
         );
+    }
+
+    #[test]
+    fn debian_kernels_pick_fentry_with_their_own_pipe_entry_points() {
+        for (kernel, read, write) in [
+            ("debian-6.1.0-57", "pipe_read", "pipe_write"),
+            ("debian-6.12.117", "pipe_read", "pipe_write"),
+            ("debian-6.18.15", "anon_pipe_read", "anon_pipe_write"),
+        ] {
+            let recorded = fixture(kernel).recorded_support().unwrap().unwrap();
+            assert_eq!(
+                recorded,
+                all(Support::Works),
+                "{kernel}: measured in the VM"
+            );
+            let picked = choices(kernel, &recorded);
+            assert_eq!(
+                picked[0],
+                ModeChoice::Hooks {
+                    mode: AttachMode::Fentry,
+                    functions: vec![read, write, "mutex_lock", "mutex_unlock"],
+                },
+                "{kernel}"
+            );
+            assert!(
+                picked.iter().all(|c| c.mode() == Some(AttachMode::Fentry)),
+                "{kernel}: {picked:?}"
+            );
+
+            // Without fentry the same hooks go to kprobes.
+            let mut no_fentry = recorded.clone();
+            no_fentry.fentry = Support::Refused("EPERM".into());
+            let picked = choices(kernel, &no_fentry);
+            assert!(
+                picked.iter().all(|c| c.mode() == Some(AttachMode::Kprobe)),
+                "{kernel}: {picked:?}"
+            );
+        }
     }
 
     #[test]
     fn kprobe_is_next_and_classic_tracepoint_is_the_floor() {
         let mut support = all(Support::Refused("EPERM".into()));
         support.kprobe = Support::Works;
-        assert_eq!(choices("host-6.18.44", &support)[0].mode(), Some(AttachMode::Kprobe));
+        assert_eq!(
+            choices("host-6.18.44", &support)[0].mode(),
+            Some(AttachMode::Kprobe)
+        );
 
         let mut support = all(Support::Refused("EPERM".into()));
         support.tracepoint = Support::Works;
-        assert_eq!(choices("host-6.18.44", &support)[1], ModeChoice::WaitOnly { kind: TracepointKind::Classic });
+        assert_eq!(
+            choices("host-6.18.44", &support)[1],
+            ModeChoice::WaitOnly {
+                kind: TracepointKind::Classic
+            }
+        );
 
-        assert_eq!(choices("host-6.18.44", &all(Support::Refused("x".into())))[2], ModeChoice::Unavailable);
+        assert_eq!(
+            choices("host-6.18.44", &all(Support::Refused("x".into())))[2],
+            ModeChoice::Unavailable
+        );
     }
 
     #[test]
@@ -457,7 +533,12 @@ mod tests {
         let kallsyms = inspector.kallsyms().unwrap();
         let btf = inspector.btf().unwrap();
         let support = all(Support::Works);
-        let facts = KernelFacts { kallsyms: &kallsyms, btf: Some(&btf), support: &support, contention_tracepoints: true };
+        let facts = KernelFacts {
+            kallsyms: &kallsyms,
+            btf: Some(&btf),
+            support: &support,
+            contention_tracepoints: true,
+        };
         assert!(kallsyms.has_function("lockref_get_not_dead"));
         assert_eq!(facts.hookable("lockref_get_not_dead"), Hookable::Notrace);
         assert_eq!(facts.hookable("pipe_read"), Hookable::Absent);

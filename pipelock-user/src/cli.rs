@@ -52,7 +52,9 @@ pub struct ProbeArgs {
 
 /// A positive, finite number of seconds (fractions allowed).
 pub fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
     if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
         return Err(format!("`{text}`: seconds must be greater than 0"));
     }

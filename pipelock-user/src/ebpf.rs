@@ -75,7 +75,10 @@ pub fn check_support(
 
     let tracepoint = if inspector.has_tracepoint(category, name) {
         let prog: &mut TracePoint = program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_TP)?;
-        outcome(prog.load().and_then(|()| prog.attach(category, name).map(drop)))
+        outcome(
+            prog.load()
+                .and_then(|()| prog.attach(category, name).map(drop)),
+        )
     } else {
         Support::NotTested(format!("tracefs has no {category}:{name}"))
     };
@@ -93,7 +96,10 @@ pub fn check_support(
     let fentry = match (&kernel_btf, btf_target) {
         (Some(Ok(btf)), Some(target)) => {
             let prog: &mut FEntry = program_mut(&mut ebpf, programs::PROBE_FENTRY)?;
-            outcome(prog.load(target, btf).and_then(|()| prog.attach().map(drop)))
+            outcome(
+                prog.load(target, btf)
+                    .and_then(|()| prog.attach().map(drop)),
+            )
         }
         (Some(Err(refused)), _) => refused.clone(),
         (Some(Ok(_)), None) => Support::NotTested("no target function in BTF".to_owned()),

@@ -4,7 +4,9 @@ use std::{io, path::PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Loading BPF programs needs privileges the caller lacks.
-    #[error("pipelock needs root (or CAP_BPF and CAP_PERFMON) to load eBPF programs; run it with sudo")]
+    #[error(
+        "pipelock needs root (or CAP_BPF and CAP_PERFMON) to load eBPF programs; run it with sudo"
+    )]
     NotPrivileged,
     /// The binary was built with `PIPELOCK_EBPF_STUB=1` and carries no programs.
     #[error(
@@ -85,5 +87,8 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
     // aya appends "Verifier output: <log>" even when the log is empty.
     let line = line.replace('\n', " ");
     let line = line.trim_end();
-    line.strip_suffix("Verifier output:").unwrap_or(line).trim_end().to_owned()
+    line.strip_suffix("Verifier output:")
+        .unwrap_or(line)
+        .trim_end()
+        .to_owned()
 }

@@ -13,8 +13,18 @@ use crate::{Error, attach::AttachSupport};
 /// Kernel function names a captured fixture keeps from kallsyms: every family
 /// pipelock hooks or may hook (the full list is ~200k lines and mostly noise).
 const CAPTURED_SYMBOL_PARTS: &[&str] = &[
-    "pipe", "mutex", "spin_", "wake_up", "wait", "lockref", "dput", "dget", "legitimize",
-    "unlazy", "vfs_", "complete_walk",
+    "pipe",
+    "mutex",
+    "spin_",
+    "wake_up",
+    "wait",
+    "lockref",
+    "dput",
+    "dget",
+    "legitimize",
+    "unlazy",
+    "vfs_",
+    "complete_walk",
 ];
 
 /// The tracepoints whose presence a fixture records.
@@ -136,7 +146,8 @@ impl KernelInspector {
 
     /// The kprobe PMU exists only with `CONFIG_KPROBES`; aya attaches through it.
     pub fn has_kprobes(&self) -> bool {
-        self.path("sys/bus/event_source/devices/kprobe/type").is_file()
+        self.path("sys/bus/event_source/devices/kprobe/type")
+            .is_file()
     }
 
     /// Where tracefs is mounted below the root, if it is.
@@ -155,16 +166,26 @@ impl KernelInspector {
             return Ok(None);
         }
         let text = self.read(SUPPORT_FILE)?;
-        AttachSupport::from_text(&text).map(Some).ok_or_else(|| Error::Read {
-            path,
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not an attach-support record"),
-        })
+        AttachSupport::from_text(&text)
+            .map(Some)
+            .ok_or_else(|| Error::Read {
+                path,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "not an attach-support record",
+                ),
+            })
     }
 
     /// Whether tracefs lists the tracepoint `category:name`.
     pub fn has_tracepoint(&self, category: &str, name: &str) -> bool {
-        self.tracefs()
-            .is_some_and(|dir| dir.join("events").join(category).join(name).join("id").is_file())
+        self.tracefs().is_some_and(|dir| {
+            dir.join("events")
+                .join(category)
+                .join(name)
+                .join("id")
+                .is_file()
+        })
     }
 }
 
@@ -182,7 +203,10 @@ impl KernelInspector {
             }
             fs::write(&path, contents).map_err(Error::read(path))
         };
-        write("proc/sys/kernel/osrelease", self.read("proc/sys/kernel/osrelease")?.as_bytes())?;
+        write(
+            "proc/sys/kernel/osrelease",
+            self.read("proc/sys/kernel/osrelease")?.as_bytes(),
+        )?;
         let kallsyms: String = self
             .read("proc/kallsyms")?
             .lines()

@@ -39,7 +39,8 @@ fn run_probe(args: &ProbeArgs, ebpf_log: bool) -> Result<(), Error> {
     if let Some(dir) = &args.kernel_facts {
         let inspector = KernelInspector::at(dir);
         let given = inspector.recorded_support()?.unwrap_or_else(|| {
-            let not_tested = || Support::NotTested(format!("no checks recorded in {}", dir.display()));
+            let not_tested =
+                || Support::NotTested(format!("no checks recorded in {}", dir.display()));
             AttachSupport {
                 fentry: not_tested(),
                 kprobe: not_tested(),
@@ -68,19 +69,29 @@ fn run_probe(args: &ProbeArgs, ebpf_log: bool) -> Result<(), Error> {
 
 /// Captures into a sibling temporary directory first, so an interrupted or
 /// failed capture never leaves a half-written DIR behind.
-fn save_facts(inspector: &KernelInspector, support: &AttachSupport, dest: &Path) -> Result<(), Error> {
+fn save_facts(
+    inspector: &KernelInspector,
+    support: &AttachSupport,
+    dest: &Path,
+) -> Result<(), Error> {
     if dest.exists() {
         return Err(Error::Io {
             what: "saving kernel facts",
-            source: io::Error::new(io::ErrorKind::AlreadyExists, format!("{} already exists", dest.display())),
+            source: io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} already exists", dest.display()),
+            ),
         });
     }
     let mut staging = dest.as_os_str().to_owned();
     staging.push(format!(".partial-{}", std::process::id()));
     let staging = PathBuf::from(staging);
-    let result = inspector
-        .capture(&staging, Some(support))
-        .and_then(|()| fs::rename(&staging, dest).map_err(|source| Error::Io { what: "renaming the captured facts", source }));
+    let result = inspector.capture(&staging, Some(support)).and_then(|()| {
+        fs::rename(&staging, dest).map_err(|source| Error::Io {
+            what: "renaming the captured facts",
+            source,
+        })
+    });
     if result.is_err() {
         let _ = fs::remove_dir_all(&staging);
     }

@@ -65,7 +65,10 @@ pub fn gather(inspector: &KernelInspector, checks: Checks) -> Result<ProbeReport
                 .iter()
                 .copied()
                 .find(|f| kallsyms.has_function(f) && in_btf(f));
-            let kprobe_target = CHECK_TARGETS.iter().copied().find(|f| kallsyms.has_function(f));
+            let kprobe_target = CHECK_TARGETS
+                .iter()
+                .copied()
+                .find(|f| kallsyms.has_function(f));
             ebpf::check_support(inspector, btf_target, kprobe_target)?
         }
     };
@@ -108,7 +111,13 @@ fn mount_tracefs() -> bool {
     let target = c"/sys/kernel/tracing";
     // SAFETY: valid NUL-terminated strings; a failed mount changes nothing.
     let rc = unsafe {
-        libc::mount(c"tracefs".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null())
+        libc::mount(
+            c"tracefs".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
     };
     if rc != 0 {
         log::warn!("cannot mount tracefs: {}", std::io::Error::last_os_error());
@@ -128,7 +137,14 @@ pub fn render(report: &ProbeReport) -> String {
             .map_or_else(|| missing.to_owned(), |p| format!("yes ({})", p.display()))
     };
     let _ = writeln!(out, "kernel       {}", report.release);
-    let _ = writeln!(out, "BTF          {}", path_or(&report.btf, "no: fentry and tp_btf need /sys/kernel/btf/vmlinux"));
+    let _ = writeln!(
+        out,
+        "BTF          {}",
+        path_or(
+            &report.btf,
+            "no: fentry and tp_btf need /sys/kernel/btf/vmlinux"
+        )
+    );
     let mut tracefs = path_or(&report.tracefs, "no: not mounted");
     if report.mounted_tracefs {
         tracefs.push_str(", mounted by pipelock");
@@ -152,7 +168,10 @@ pub fn render(report: &ProbeReport) -> String {
         let _ = writeln!(out, "  {name:<11} {support}");
     }
 
-    let _ = writeln!(out, "\nfunctions                      kallsyms  BTF  hook with");
+    let _ = writeln!(
+        out,
+        "\nfunctions                      kallsyms  BTF  hook with"
+    );
     for row in &report.functions {
         let _ = writeln!(
             out,

@@ -47,7 +47,11 @@ impl SelfTestReport {
             HAMMER_THREADS,
             self.round_trips,
             self.contention_begins,
-            self.per_cpu.iter().map(u64::to_string).collect::<Vec<_>>().join(" "),
+            self.per_cpu
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
         )
     }
 }
@@ -58,21 +62,33 @@ pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> 
     let (category, name) = CONTENTION_BEGIN_TRACEPOINT;
 
     // tp_btf first, as `auto` would; the classic tracepoint is the fallback.
-    let tp_btf = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {
-        let prog: &mut BtfTracePoint = ebpf::program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_BTF)
-            .map_err(|e| one_line(&e))?;
-        prog.load(name, &btf).map_err(|e| one_line(&e))?;
-        prog.attach().map_err(|e| one_line(&e))
-    });
+    let tp_btf = Btf::from_sys_fs()
+        .map_err(|e| one_line(&e))
+        .and_then(|btf| {
+            let prog: &mut BtfTracePoint =
+                ebpf::program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_BTF)
+                    .map_err(|e| one_line(&e))?;
+            prog.load(name, &btf).map_err(|e| one_line(&e))?;
+            prog.attach().map_err(|e| one_line(&e))
+        });
     let program = match tp_btf {
         Ok(_) => TracepointKind::TpBtf,
         Err(why) => {
             log::info!("tp_btf unavailable ({why}); using the classic tracepoint");
-            let prog: &mut TracePoint = ebpf::program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_TP)?;
+            let prog: &mut TracePoint =
+                ebpf::program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_TP)?;
             let program = programs::CONTENTION_BEGIN_COUNT_TP.to_owned();
-            prog.load().map_err(|source| Error::Program { action: "load", program: program.clone(), source })?;
+            prog.load().map_err(|source| Error::Program {
+                action: "load",
+                program: program.clone(),
+                source,
+            })?;
             prog.attach(category, name)
-                .map_err(|source| Error::Program { action: "attach", program, source })?;
+                .map_err(|source| Error::Program {
+                    action: "attach",
+                    program,
+                    source,
+                })?;
             TracepointKind::Classic
         }
     };
@@ -81,13 +97,23 @@ pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> 
     let round_trips = hammer_one_pipe(duration)?;
     let elapsed = started.elapsed();
 
-    let map = ebpf.map(maps::CONTENTION_BEGIN_COUNT).ok_or_else(|| Error::Missing {
-        kind: "map",
-        name: maps::CONTENTION_BEGIN_COUNT.to_owned(),
-    })?;
-    let map_err = |source| Error::Map { map: maps::CONTENTION_BEGIN_COUNT.to_owned(), source };
+    let map = ebpf
+        .map(maps::CONTENTION_BEGIN_COUNT)
+        .ok_or_else(|| Error::Missing {
+            kind: "map",
+            name: maps::CONTENTION_BEGIN_COUNT.to_owned(),
+        })?;
+    let map_err = |source| Error::Map {
+        map: maps::CONTENTION_BEGIN_COUNT.to_owned(),
+        source,
+    };
     let counts: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(map_err)?;
-    let per_cpu: Vec<u64> = counts.get(&0, 0).map_err(map_err)?.iter().copied().collect();
+    let per_cpu: Vec<u64> = counts
+        .get(&0, 0)
+        .map_err(map_err)?
+        .iter()
+        .copied()
+        .collect();
     let contention_begins = per_cpu.iter().sum();
 
     if contention_begins == 0 {
@@ -98,7 +124,13 @@ pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> 
             ),
         });
     }
-    Ok(SelfTestReport { program, duration: elapsed, round_trips, contention_begins, per_cpu })
+    Ok(SelfTestReport {
+        program,
+        duration: elapsed,
+        round_trips,
+        contention_begins,
+        per_cpu,
+    })
 }
 
 /// Several threads writing and reading 8-byte records on one pipe until `duration`.
@@ -106,7 +138,10 @@ fn hammer_one_pipe(duration: Duration) -> Result<u64, Error> {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(Error::Io { what: "pipe(2)", source: std::io::Error::last_os_error() });
+        return Err(Error::Io {
+            what: "pipe(2)",
+            source: std::io::Error::last_os_error(),
+        });
     }
     // SAFETY: both descriptors were just created and are owned here alone.
     let (reader, writer) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };

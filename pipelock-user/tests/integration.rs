@@ -24,15 +24,33 @@ const TESTS: &[Test] = &[
     ("ebpf_object_is_complete", ebpf_object_is_complete),
     ("unknown_subcommand_exits_2", unknown_subcommand_exits_2),
     ("bad_duration_exits_2", bad_duration_exits_2),
-    ("unprivileged_caller_is_refused", unprivileged_caller_is_refused),
-    ("probe_agrees_with_the_running_kernel", probe_agrees_with_the_running_kernel),
-    ("self_test_counts_real_contention", self_test_counts_real_contention),
-    ("saved_facts_reproduce_the_live_report", saved_facts_reproduce_the_live_report),
-    ("fixture_kernels_report_their_facts", fixture_kernels_report_their_facts),
+    (
+        "unprivileged_caller_is_refused",
+        unprivileged_caller_is_refused,
+    ),
+    (
+        "probe_agrees_with_the_running_kernel",
+        probe_agrees_with_the_running_kernel,
+    ),
+    (
+        "self_test_counts_real_contention",
+        self_test_counts_real_contention,
+    ),
+    (
+        "saved_facts_reproduce_the_live_report",
+        saved_facts_reproduce_the_live_report,
+    ),
+    (
+        "fixture_kernels_report_their_facts",
+        fixture_kernels_report_their_facts,
+    ),
 ];
 
 fn main() {
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for (name, test) in TESTS {
         if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
@@ -95,7 +113,8 @@ fn run_privileged(args: &[&str]) -> Result<std::result::Result<String, Outcome>>
 }
 
 fn stub_reason() -> String {
-    "built with PIPELOCK_EBPF_STUB=1 (no eBPF object); `cargo xtask test` builds the real one".to_owned()
+    "built with PIPELOCK_EBPF_STUB=1 (no eBPF object); `cargo xtask test` builds the real one"
+        .to_owned()
 }
 
 fn fixtures() -> PathBuf {
@@ -126,26 +145,48 @@ fn ebpf_object_is_complete() -> Result<Outcome> {
         programs::PROBE_FENTRY,
         programs::PROBE_KPROBE,
     ] {
-        ensure!(obj.programs.contains_key(program), "program {program} missing; has {:?}", obj.programs.keys());
+        ensure!(
+            obj.programs.contains_key(program),
+            "program {program} missing; has {:?}",
+            obj.programs.keys()
+        );
     }
-    ensure!(obj.maps.contains_key(maps::CONTENTION_BEGIN_COUNT), "map missing; has {:?}", obj.maps.keys());
+    ensure!(
+        obj.maps.contains_key(maps::CONTENTION_BEGIN_COUNT),
+        "map missing; has {:?}",
+        obj.maps.keys()
+    );
     let license = obj.license.to_str()?;
-    ensure!(license.contains("GPL"), "license {license:?} is not GPL-compatible");
-    ensure!(obj.btf.is_some(), "object carries no BTF (needed for tp_btf/fentry programs)");
+    ensure!(
+        license.contains("GPL"),
+        "license {license:?} is not GPL-compatible"
+    );
+    ensure!(
+        obj.btf.is_some(),
+        "object carries no BTF (needed for tp_btf/fentry programs)"
+    );
     Ok(Outcome::Passed)
 }
 
 fn unknown_subcommand_exits_2() -> Result<Outcome> {
     let out = run(pipelock().arg("frobnicate"))?;
     ensure!(out.status.code() == Some(2), "exit {} (want 2)", out.status);
-    ensure!(text(&out.stderr).contains("unrecognized subcommand"), "stderr: {}", text(&out.stderr));
+    ensure!(
+        text(&out.stderr).contains("unrecognized subcommand"),
+        "stderr: {}",
+        text(&out.stderr)
+    );
     Ok(Outcome::Passed)
 }
 
 fn bad_duration_exits_2() -> Result<Outcome> {
     let out = run(pipelock().args(["probe", "--self-test", "--duration", "0"]))?;
     ensure!(out.status.code() == Some(2), "exit {} (want 2)", out.status);
-    ensure!(text(&out.stderr).contains("greater than 0"), "stderr: {}", text(&out.stderr));
+    ensure!(
+        text(&out.stderr).contains("greater than 0"),
+        "stderr: {}",
+        text(&out.stderr)
+    );
     Ok(Outcome::Passed)
 }
 
@@ -159,8 +200,14 @@ fn unprivileged_caller_is_refused() -> Result<Outcome> {
     let out = run(&mut cmd)?;
     let stderr = text(&out.stderr);
     ensure!(!out.status.success(), "an unprivileged probe succeeded");
-    ensure!(stderr.lines().count() == 1, "want one error line, got:\n{stderr}");
-    ensure!(stderr.contains("needs root (or CAP_BPF and CAP_PERFMON)"), "stderr: {stderr}");
+    ensure!(
+        stderr.lines().count() == 1,
+        "want one error line, got:\n{stderr}"
+    );
+    ensure!(
+        stderr.contains("needs root (or CAP_BPF and CAP_PERFMON)"),
+        "stderr: {stderr}"
+    );
     Ok(Outcome::Passed)
 }
 
@@ -182,29 +229,58 @@ fn probe_agrees_with_the_running_kernel() -> Result<Outcome> {
         Err(skip) => return Ok(skip),
     };
     let release = fs::read_to_string("/proc/sys/kernel/osrelease")?;
-    ensure!(field(&report, "kernel")? == release.trim(), "kernel line wrong");
+    ensure!(
+        field(&report, "kernel")? == release.trim(),
+        "kernel line wrong"
+    );
 
     let kprobe_pmu = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
-    ensure!(field(&report, "kprobe PMU")? == if kprobe_pmu { "yes" } else { "no" }, "kprobe PMU line wrong");
+    ensure!(
+        field(&report, "kprobe PMU")? == if kprobe_pmu { "yes" } else { "no" },
+        "kprobe PMU line wrong"
+    );
     if !kprobe_pmu {
-        ensure!(field(&report, "kprobe")?.starts_with("refused"), "kprobes claimed without a kprobe PMU");
+        ensure!(
+            field(&report, "kprobe")?.starts_with("refused"),
+            "kprobes claimed without a kprobe PMU"
+        );
     }
     let has_tracepoint = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
         .iter()
-        .any(|d| Path::new(d).join("events/lock/contention_begin/id").exists());
+        .any(|d| {
+            Path::new(d)
+                .join("events/lock/contention_begin/id")
+                .exists()
+        });
     if has_tracepoint {
-        ensure!(field(&report, "tracepoint")? == "yes", "classic tracepoint did not load and attach");
+        ensure!(
+            field(&report, "tracepoint")? == "yes",
+            "classic tracepoint did not load and attach"
+        );
     }
 
     let functions = kallsyms_functions()?;
     let mut rows = 0;
-    for line in report.lines().skip_while(|l| !l.starts_with("functions")).skip(1) {
+    for line in report
+        .lines()
+        .skip_while(|l| !l.starts_with("functions"))
+        .skip(1)
+    {
         let cols: Vec<&str> = line.split_whitespace().collect();
         if cols.len() < 3 {
             break;
         }
-        let want = if functions.contains(cols[0]) { "yes" } else { "no" };
-        ensure!(cols[1] == want, "{}: kallsyms column {} but /proc/kallsyms says {want}", cols[0], cols[1]);
+        let want = if functions.contains(cols[0]) {
+            "yes"
+        } else {
+            "no"
+        };
+        ensure!(
+            cols[1] == want,
+            "{}: kallsyms column {} but /proc/kallsyms says {want}",
+            cols[0],
+            cols[1]
+        );
         if cols[0].starts_with("lockref_") && cols[1] == "yes" {
             ensure!(line.contains("notrace"), "{} offered as hookable", cols[0]);
         }
@@ -249,17 +325,31 @@ fn saved_facts_reproduce_the_live_report() -> Result<Outcome> {
         let strip = |report: &str| -> Vec<String> {
             report
                 .lines()
-                .filter(|l| !l.starts_with("BTF") && !l.starts_with("tracefs") && !l.starts_with("kernel facts saved"))
+                .filter(|l| {
+                    !l.starts_with("BTF")
+                        && !l.starts_with("tracefs")
+                        && !l.starts_with("kernel facts saved")
+                })
                 .map(|l| l.trim_end().to_owned())
                 .filter(|l| !l.is_empty())
                 .collect()
         };
-        ensure!(strip(&live) == strip(&replay), "replayed report differs:\n{live}\n---\n{replay}");
+        ensure!(
+            strip(&live) == strip(&replay),
+            "replayed report differs:\n{live}\n---\n{replay}"
+        );
 
         // A second save to the same place must refuse and leave it untouched.
         let again = run(pipelock().args(["probe", "--save-facts", dir_arg]))?;
-        ensure!(!again.status.success(), "saving over an existing directory succeeded");
-        ensure!(text(&again.stderr).contains("already exists"), "stderr: {}", text(&again.stderr));
+        ensure!(
+            !again.status.success(),
+            "saving over an existing directory succeeded"
+        );
+        ensure!(
+            text(&again.stderr).contains("already exists"),
+            "stderr: {}",
+            text(&again.stderr)
+        );
         Ok(())
     })();
     let _ = fs::remove_dir_all(&dir);
@@ -271,13 +361,52 @@ fn fixture_kernels_report_their_facts() -> Result<Outcome> {
     for entry in fs::read_dir(fixtures())? {
         let dir = entry?.path();
         let out = run(pipelock().arg("probe").arg("--kernel-facts").arg(&dir))?;
-        ensure!(out.status.success(), "{}: {}", dir.display(), text(&out.stderr));
+        ensure!(
+            out.status.success(),
+            "{}: {}",
+            dir.display(),
+            text(&out.stderr)
+        );
         let report = text(&out.stdout);
         let release = fs::read_to_string(dir.join("proc/sys/kernel/osrelease"))?;
-        ensure!(field(&report, "kernel")? == release.trim(), "{}: wrong kernel line", dir.display());
+        ensure!(
+            field(&report, "kernel")? == release.trim(),
+            "{}: wrong kernel line",
+            dir.display()
+        );
+        // The pipe entry points moved in 6.18; the report must follow kallsyms.
+        let (major, minor) = {
+            let mut parts = release
+                .split(['.', '-', '+'])
+                .map(|p| p.parse::<u32>().unwrap_or(0));
+            (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+        };
+        let (present, absent) = if (major, minor) >= (6, 18) {
+            ("anon_pipe_read", "pipe_read")
+        } else {
+            ("pipe_read", "anon_pipe_read")
+        };
+        let row = |name: &str| {
+            report
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .map(str::to_owned)
+        };
+        let present_row = row(present).with_context(|| format!("no {present} row"))?;
+        ensure!(
+            present_row.split_whitespace().nth(1) == Some("yes"),
+            "{}: {present_row}",
+            dir.display()
+        );
+        let absent_row = row(absent).with_context(|| format!("no {absent} row"))?;
+        ensure!(
+            absent_row.split_whitespace().nth(1) == Some("no"),
+            "{}: {absent_row}",
+            dir.display()
+        );
         seen += 1;
     }
-    if seen < 2 {
+    if seen < 4 {
         bail!("only {seen} fixture kernels in {}", fixtures().display());
     }
     Ok(Outcome::Passed)

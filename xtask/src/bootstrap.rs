@@ -38,9 +38,14 @@ fn which(program: &str) -> Option<PathBuf> {
 }
 
 fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("cannot start {cmd:?}"))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
     if !out.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8(out.stdout)?)
 }
@@ -54,12 +59,25 @@ fn ensure_nightly_with_rust_src(rustup: &Path) -> Result<()> {
         ]))
         .context("installing nightly failed; fix: `rustup toolchain install nightly --component rust-src`")?;
     }
-    let installed =
-        output(Command::new(rustup).args(["component", "list", "--installed", "--toolchain", NIGHTLY]))?;
+    let installed = output(Command::new(rustup).args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        NIGHTLY,
+    ]))?;
     if !installed.lines().any(|l| l.starts_with("rust-src")) {
         eprintln!("xtask: adding rust-src to the nightly toolchain (needed for -Z build-std=core)");
-        crate::run(Command::new(rustup).args(["component", "add", "rust-src", "--toolchain", NIGHTLY]))
-            .context("adding rust-src failed; fix: `rustup component add rust-src --toolchain nightly`")?;
+        crate::run(Command::new(rustup).args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            NIGHTLY,
+        ]))
+        .context(
+            "adding rust-src failed; fix: `rustup component add rust-src --toolchain nightly`",
+        )?;
     }
     Ok(())
 }
@@ -81,16 +99,17 @@ fn nightly_llvm() -> Result<NightlyLlvm> {
         .next()
         .and_then(|m| m.parse().ok())
         .with_context(|| format!("unreadable LLVM version {llvm}"))?;
-    let sysroot = output(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--print", "sysroot"]))?;
+    let sysroot =
+        output(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--print", "sysroot"]))?;
     let lib_dir = Path::new(sysroot.trim()).join("lib");
     // e.g. libLLVM.so.22.1-rust-1.97.0-nightly: the soname bpf-linker must link to.
     let library = fs::read_dir(&lib_dir)
         .with_context(|| format!("cannot list {}", lib_dir.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .find(|path| {
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("libLLVM.so.{major}.")) && n.contains("-rust-"))
+            path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with(&format!("libLLVM.so.{major}.")) && n.contains("-rust-")
+            })
         })
         .with_context(|| {
             format!(
@@ -107,7 +126,11 @@ fn ensure_bpf_linker(tools_dir: &Path) -> Result<()> {
     let binary = tools_dir.join("bin/bpf-linker");
     let stamp_path = tools_dir.join("bpf-linker.stamp");
     // Rebuild whenever the version or the LLVM it links against changes.
-    let stamp = format!("bpf-linker {BPF_LINKER_VERSION} llvm-{} {}\n", llvm.major, llvm.library.display());
+    let stamp = format!(
+        "bpf-linker {BPF_LINKER_VERSION} llvm-{} {}\n",
+        llvm.major,
+        llvm.library.display()
+    );
     if binary.is_file() && fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {
         return Ok(());
     }
@@ -116,7 +139,10 @@ fn ensure_bpf_linker(tools_dir: &Path) -> Result<()> {
     let prefix = tools_dir.join("llvm");
     let lib = prefix.join("lib");
     fs::create_dir_all(&lib)?;
-    let soname = llvm.library.file_name().context("LLVM library has no file name")?;
+    let soname = llvm
+        .library
+        .file_name()
+        .context("LLVM library has no file name")?;
     for link in [lib.join("libLLVM.so"), lib.join(soname)] {
         let _ = fs::remove_file(&link);
         symlink(&llvm.library, &link).with_context(|| format!("cannot link {}", link.display()))?;
@@ -128,8 +154,19 @@ fn ensure_bpf_linker(tools_dir: &Path) -> Result<()> {
     );
     crate::run(
         Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--force"])
-            .args(["--no-default-features", "--features", &format!("llvm-{}", llvm.major)])
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+                "--force",
+            ])
+            .args([
+                "--no-default-features",
+                "--features",
+                &format!("llvm-{}", llvm.major),
+            ])
             .arg("--root")
             .arg(tools_dir)
             .env("LLVM_PREFIX", &prefix),

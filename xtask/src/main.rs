@@ -71,7 +71,9 @@ fn workspace_root() -> PathBuf {
 /// Runs a command to completion, echoing it first; fails on a non-zero exit.
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: running {cmd:?}");
-    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }
@@ -81,7 +83,9 @@ fn run(cmd: &mut Command) -> Result<()> {
 /// A cargo command with bpf-linker on PATH, so pipelock-user's build.rs finds it.
 fn cargo(root: &Path, tools: &bootstrap::Tools) -> Result<Command> {
     let mut path = vec![tools.bin_dir.clone()];
-    path.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(root)
         .env("PATH", std::env::join_paths(path)?)
@@ -99,10 +103,17 @@ fn test(root: &Path) -> Result<()> {
     let tools = bootstrap::ensure(root)?;
     run(cargo(root, &tools)?.args(["build", "--release", "--package", "pipelock-user"]))?;
     // Default members only: pipelock-ebpf builds for the BPF target, not the host.
-    run(cargo(root, &tools)?.args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
-    // Unit tests, then the integration harness (pipelock-user/tests/integration.rs:
-    // the eBPF object check and the privileged host tests), which prints its own
-    // `N passed, N failed, N skipped` line.
-    run(cargo(root, &tools)?.args(["test", "--release"]))?;
+    run(cargo(root, &tools)?.args([
+        "clippy",
+        "--release",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(cargo(root, &tools)?.args(["test", "--release", "--lib", "--bins"]))?;
+    // Last, so its `integration: N passed, N failed, N skipped` line closes the
+    // run: the eBPF object check, the CLI contract and the privileged host tests.
+    run(cargo(root, &tools)?.args(["test", "--release", "--test", "integration"]))?;
     Ok(())
 }
