@@ -24,9 +24,7 @@ fn main() -> anyhow::Result<()> {
     }
 
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").context("no manifest dir")?);
-    let workspace = manifest_dir
-        .parent()
-        .context("pipelock-user has no parent dir")?;
+    let workspace = manifest_dir.parent().context("pipelock-user has no parent dir")?;
     // `cargo xtask build` bootstraps bpf-linker here; rustc finds the linker on PATH.
     let tools_bin = workspace.join("target/tools/bin");
     println!(

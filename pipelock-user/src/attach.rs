@@ -296,10 +296,7 @@ impl KernelFacts<'_> {
 
     /// The function a hook resolves to in `mode`: its first candidate that can be hooked.
     pub fn resolve(&self, hook: Hook, mode: AttachMode) -> Option<&'static str> {
-        hook.candidates
-            .iter()
-            .copied()
-            .find(|f| self.can_hook(f, mode))
+        hook.candidates.iter().copied().find(|f| self.can_hook(f, mode))
     }
 
     /// The contention tracepoint flavour that works: tp_btf is preferred (typed
@@ -434,9 +431,7 @@ mod tests {
     fn host_618_falls_back_to_tp_btf_as_measured() {
         let inspector = fixture("host-6.18.44");
         let recorded = inspector.recorded_support().unwrap().unwrap();
-        assert!(
-            matches!(&recorded.fentry, Support::Refused(why) if why.contains("Operation not permitted"))
-        );
+        assert!(matches!(&recorded.fentry, Support::Refused(why) if why.contains("Operation not permitted")));
         assert!(!recorded.kprobe.works());
         for choice in choices("host-6.18.44", &recorded) {
             assert_eq!(
@@ -455,12 +450,7 @@ mod tests {
             picked[0],
             ModeChoice::Hooks {
                 mode: AttachMode::Fentry,
-                functions: vec![
-                    "anon_pipe_read",
-                    "anon_pipe_write",
-                    "mutex_lock",
-                    "mutex_unlock"
-                ],
+                functions: vec!["anon_pipe_read", "anon_pipe_write", "mutex_lock", "mutex_unlock"],
             }
         );
     }
@@ -473,11 +463,7 @@ mod tests {
             ("debian-6.18.15", "anon_pipe_read", "anon_pipe_write"),
         ] {
             let recorded = fixture(kernel).recorded_support().unwrap().unwrap();
-            assert_eq!(
-                recorded,
-                all(Support::Works),
-                "{kernel}: measured in the VM"
-            );
+            assert_eq!(recorded, all(Support::Works), "{kernel}: measured in the VM");
             let picked = choices(kernel, &recorded);
             assert_eq!(
                 picked[0],

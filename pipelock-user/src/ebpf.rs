@@ -48,10 +48,11 @@ where
     program.try_into().map_err(|_| missing())
 }
 
-fn outcome(result: Result<(), ProgramError>) -> Support {
+/// `target` names what the program was attached to, so a refusal says where.
+fn outcome(target: &str, result: Result<(), ProgramError>) -> Support {
     match result {
         Ok(()) => Support::Works,
-        Err(err) => Support::Refused(one_line(&err)),
+        Err(err) => Support::Refused(format!("{target}: {}", one_line(&err))),
     }
 }
 
@@ -75,19 +76,16 @@ pub fn check_support(
 
     let tracepoint = if inspector.has_tracepoint(category, name) {
         let prog: &mut TracePoint = program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_TP)?;
-        outcome(
-            prog.load()
-                .and_then(|()| prog.attach(category, name).map(drop)),
-        )
+        let result = prog.load().and_then(|()| prog.attach(category, name).map(drop));
+        outcome(&format!("{category}:{name}"), result)
     } else {
         Support::NotTested(format!("tracefs has no {category}:{name}"))
     };
 
     let tp_btf = match &kernel_btf {
         Some(Ok(btf)) => {
-            let prog: &mut BtfTracePoint =
-                program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_BTF)?;
-            outcome(prog.load(name, btf).and_then(|()| prog.attach().map(drop)))
+            let prog: &mut BtfTracePoint = program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_BTF)?;
+            outcome(name, prog.load(name, btf).and_then(|()| prog.attach().map(drop)))
         }
         Some(Err(refused)) => refused.clone(),
         None => no_btf(),
@@ -97,8 +95,8 @@ pub fn check_support(
         (Some(Ok(btf)), Some(target)) => {
             let prog: &mut FEntry = program_mut(&mut ebpf, programs::PROBE_FENTRY)?;
             outcome(
-                prog.load(target, btf)
-                    .and_then(|()| prog.attach().map(drop)),
+                target,
+                prog.load(target, btf).and_then(|()| prog.attach().map(drop)),
             )
         }
         (Some(Err(refused)), _) => refused.clone(),
@@ -112,7 +110,10 @@ pub fn check_support(
         }
         Some(target) => {
             let prog: &mut KProbe = program_mut(&mut ebpf, programs::PROBE_KPROBE)?;
-            outcome(prog.load().and_then(|()| prog.attach(target, 0).map(drop)))
+            outcome(
+                target,
+                prog.load().and_then(|()| prog.attach(target, 0).map(drop)),
+            )
         }
         None => Support::NotTested("no target function in kallsyms".to_owned()),
     };

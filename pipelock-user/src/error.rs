@@ -4,9 +4,7 @@ use std::{io, path::PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Loading BPF programs needs privileges the caller lacks.
-    #[error(
-        "pipelock needs root (or CAP_BPF and CAP_PERFMON) to load eBPF programs; run it with sudo"
-    )]
+    #[error("pipelock needs root (or CAP_BPF and CAP_PERFMON) to load eBPF programs; run it with sudo")]
     NotPrivileged,
     /// The binary was built with `PIPELOCK_EBPF_STUB=1` and carries no programs.
     #[error(

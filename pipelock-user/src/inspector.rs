@@ -28,8 +28,7 @@ const CAPTURED_SYMBOL_PARTS: &[&str] = &[
 ];
 
 /// The tracepoints whose presence a fixture records.
-const CAPTURED_TRACEPOINTS: &[(&str, &str)] =
-    &[("lock", "contention_begin"), ("lock", "contention_end")];
+const CAPTURED_TRACEPOINTS: &[(&str, &str)] = &[("lock", "contention_begin"), ("lock", "contention_end")];
 
 /// Where a captured tree records the live program-type checks.
 const SUPPORT_FILE: &str = "pipelock-attach-support.txt";
@@ -146,8 +145,7 @@ impl KernelInspector {
 
     /// The kprobe PMU exists only with `CONFIG_KPROBES`; aya attaches through it.
     pub fn has_kprobes(&self) -> bool {
-        self.path("sys/bus/event_source/devices/kprobe/type")
-            .is_file()
+        self.path("sys/bus/event_source/devices/kprobe/type").is_file()
     }
 
     /// Where tracefs is mounted below the root, if it is.
@@ -170,22 +168,14 @@ impl KernelInspector {
             .map(Some)
             .ok_or_else(|| Error::Read {
                 path,
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "not an attach-support record",
-                ),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not an attach-support record"),
             })
     }
 
     /// Whether tracefs lists the tracepoint `category:name`.
     pub fn has_tracepoint(&self, category: &str, name: &str) -> bool {
-        self.tracefs().is_some_and(|dir| {
-            dir.join("events")
-                .join(category)
-                .join(name)
-                .join("id")
-                .is_file()
-        })
+        self.tracefs()
+            .is_some_and(|dir| dir.join("events").join(category).join(name).join("id").is_file())
     }
 }
 

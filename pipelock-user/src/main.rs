@@ -39,8 +39,7 @@ fn run_probe(args: &ProbeArgs, ebpf_log: bool) -> Result<(), Error> {
     if let Some(dir) = &args.kernel_facts {
         let inspector = KernelInspector::at(dir);
         let given = inspector.recorded_support()?.unwrap_or_else(|| {
-            let not_tested =
-                || Support::NotTested(format!("no checks recorded in {}", dir.display()));
+            let not_tested = || Support::NotTested(format!("no checks recorded in {}", dir.display()));
             AttachSupport {
                 fentry: not_tested(),
                 kprobe: not_tested(),
@@ -69,11 +68,7 @@ fn run_probe(args: &ProbeArgs, ebpf_log: bool) -> Result<(), Error> {
 
 /// Captures into a sibling temporary directory first, so an interrupted or
 /// failed capture never leaves a half-written DIR behind.
-fn save_facts(
-    inspector: &KernelInspector,
-    support: &AttachSupport,
-    dest: &Path,
-) -> Result<(), Error> {
+fn save_facts(inspector: &KernelInspector, support: &AttachSupport, dest: &Path) -> Result<(), Error> {
     if dest.exists() {
         return Err(Error::Io {
             what: "saving kernel facts",

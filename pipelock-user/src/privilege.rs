@@ -9,9 +9,7 @@ const CAP_BPF: u32 = 39;
 
 /// The effective capability set from a `/proc/<pid>/status` text.
 pub fn effective_caps(status: &str) -> Option<u64> {
-    let hex = status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))?;
+    let hex = status.lines().find_map(|line| line.strip_prefix("CapEff:"))?;
     u64::from_str_radix(hex.trim(), 16).ok()
 }
 

@@ -54,8 +54,8 @@ pub fn gather(inspector: &KernelInspector, checks: Checks) -> Result<ProbeReport
     let kallsyms = inspector.kallsyms()?;
     let btf = inspector.has_btf().then(|| inspector.btf()).transpose()?;
     let (category, name) = pipelock_common::CONTENTION_BEGIN_TRACEPOINT;
-    let contention_tracepoints = inspector.has_tracepoint(category, name)
-        && inspector.has_tracepoint(category, "contention_end");
+    let contention_tracepoints =
+        inspector.has_tracepoint(category, name) && inspector.has_tracepoint(category, "contention_end");
 
     let support = match checks {
         Checks::Given(support) => support,
@@ -65,10 +65,7 @@ pub fn gather(inspector: &KernelInspector, checks: Checks) -> Result<ProbeReport
                 .iter()
                 .copied()
                 .find(|f| kallsyms.has_function(f) && in_btf(f));
-            let kprobe_target = CHECK_TARGETS
-                .iter()
-                .copied()
-                .find(|f| kallsyms.has_function(f));
+            let kprobe_target = CHECK_TARGETS.iter().copied().find(|f| kallsyms.has_function(f));
             ebpf::check_support(inspector, btf_target, kprobe_target)?
         }
     };
@@ -140,10 +137,7 @@ pub fn render(report: &ProbeReport) -> String {
     let _ = writeln!(
         out,
         "BTF          {}",
-        path_or(
-            &report.btf,
-            "no: fentry and tp_btf need /sys/kernel/btf/vmlinux"
-        )
+        path_or(&report.btf, "no: fentry and tp_btf need /sys/kernel/btf/vmlinux")
     );
     let mut tracefs = path_or(&report.tracefs, "no: not mounted");
     if report.mounted_tracefs {
@@ -168,10 +162,7 @@ pub fn render(report: &ProbeReport) -> String {
         let _ = writeln!(out, "  {name:<11} {support}");
     }
 
-    let _ = writeln!(
-        out,
-        "\nfunctions                      kallsyms  BTF  hook with"
-    );
+    let _ = writeln!(out, "\nfunctions                      kallsyms  BTF  hook with");
     for row in &report.functions {
         let _ = writeln!(
             out,

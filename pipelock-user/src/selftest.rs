@@ -62,33 +62,28 @@ pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> 
     let (category, name) = CONTENTION_BEGIN_TRACEPOINT;
 
     // tp_btf first, as `auto` would; the classic tracepoint is the fallback.
-    let tp_btf = Btf::from_sys_fs()
-        .map_err(|e| one_line(&e))
-        .and_then(|btf| {
-            let prog: &mut BtfTracePoint =
-                ebpf::program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_BTF)
-                    .map_err(|e| one_line(&e))?;
-            prog.load(name, &btf).map_err(|e| one_line(&e))?;
-            prog.attach().map_err(|e| one_line(&e))
-        });
+    let tp_btf = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {
+        let prog: &mut BtfTracePoint =
+            ebpf::program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_BTF).map_err(|e| one_line(&e))?;
+        prog.load(name, &btf).map_err(|e| one_line(&e))?;
+        prog.attach().map_err(|e| one_line(&e))
+    });
     let program = match tp_btf {
         Ok(_) => TracepointKind::TpBtf,
         Err(why) => {
             log::info!("tp_btf unavailable ({why}); using the classic tracepoint");
-            let prog: &mut TracePoint =
-                ebpf::program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_TP)?;
+            let prog: &mut TracePoint = ebpf::program_mut(&mut ebpf, programs::CONTENTION_BEGIN_COUNT_TP)?;
             let program = programs::CONTENTION_BEGIN_COUNT_TP.to_owned();
             prog.load().map_err(|source| Error::Program {
                 action: "load",
                 program: program.clone(),
                 source,
             })?;
-            prog.attach(category, name)
-                .map_err(|source| Error::Program {
-                    action: "attach",
-                    program,
-                    source,
-                })?;
+            prog.attach(category, name).map_err(|source| Error::Program {
+                action: "attach",
+                program,
+                source,
+            })?;
             TracepointKind::Classic
         }
     };
@@ -108,12 +103,7 @@ pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> 
         source,
     };
     let counts: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(map_err)?;
-    let per_cpu: Vec<u64> = counts
-        .get(&0, 0)
-        .map_err(map_err)?
-        .iter()
-        .copied()
-        .collect();
+    let per_cpu: Vec<u64> = counts.get(&0, 0).map_err(map_err)?.iter().copied().collect();
     let contention_begins = per_cpu.iter().sum();
 
     if contention_begins == 0 {

@@ -31,21 +31,16 @@ pub fn ensure(root: &Path) -> Result<Tools> {
     Ok(Tools { bin_dir })
 }
 
-fn which(program: &str) -> Option<PathBuf> {
+pub fn which(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(program))
         .find(|path| path.is_file())
 }
 
 fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("cannot start {cmd:?}"))?;
+    let out = cmd.output().with_context(|| format!("cannot start {cmd:?}"))?;
     if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8(out.stdout)?)
 }
@@ -55,29 +50,22 @@ fn ensure_nightly_with_rust_src(rustup: &Path) -> Result<()> {
     if !toolchains.lines().any(|l| l.starts_with("nightly-")) {
         eprintln!("xtask: no nightly toolchain; installing one with rustup");
         crate::run(Command::new(rustup).args([
-            "toolchain", "install", NIGHTLY, "--profile", "minimal", "--component", "rust-src",
+            "toolchain",
+            "install",
+            NIGHTLY,
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
         ]))
         .context("installing nightly failed; fix: `rustup toolchain install nightly --component rust-src`")?;
     }
-    let installed = output(Command::new(rustup).args([
-        "component",
-        "list",
-        "--installed",
-        "--toolchain",
-        NIGHTLY,
-    ]))?;
+    let installed =
+        output(Command::new(rustup).args(["component", "list", "--installed", "--toolchain", NIGHTLY]))?;
     if !installed.lines().any(|l| l.starts_with("rust-src")) {
         eprintln!("xtask: adding rust-src to the nightly toolchain (needed for -Z build-std=core)");
-        crate::run(Command::new(rustup).args([
-            "component",
-            "add",
-            "rust-src",
-            "--toolchain",
-            NIGHTLY,
-        ]))
-        .context(
-            "adding rust-src failed; fix: `rustup component add rust-src --toolchain nightly`",
-        )?;
+        crate::run(Command::new(rustup).args(["component", "add", "rust-src", "--toolchain", NIGHTLY]))
+            .context("adding rust-src failed; fix: `rustup component add rust-src --toolchain nightly`")?;
     }
     Ok(())
 }
@@ -99,17 +87,16 @@ fn nightly_llvm() -> Result<NightlyLlvm> {
         .next()
         .and_then(|m| m.parse().ok())
         .with_context(|| format!("unreadable LLVM version {llvm}"))?;
-    let sysroot =
-        output(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--print", "sysroot"]))?;
+    let sysroot = output(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--print", "sysroot"]))?;
     let lib_dir = Path::new(sysroot.trim()).join("lib");
     // e.g. libLLVM.so.22.1-rust-1.97.0-nightly: the soname bpf-linker must link to.
     let library = fs::read_dir(&lib_dir)
         .with_context(|| format!("cannot list {}", lib_dir.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .find(|path| {
-            path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                n.starts_with(&format!("libLLVM.so.{major}.")) && n.contains("-rust-")
-            })
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("libLLVM.so.{major}.")) && n.contains("-rust-"))
         })
         .with_context(|| {
             format!(

@@ -1,6 +1,9 @@
 //! `cargo xtask …`: builds pipelock from nothing but rustup and cargo, runs it,
 //! and runs every test layer. See README.md for the two commands that matter.
 mod bootstrap;
+mod cpio;
+mod guest_log;
+mod vm;
 
 use std::{
     path::{Path, PathBuf},
@@ -29,9 +32,44 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Build, then run every test layer: clippy, unit tests, and the
-    /// integration tests (eBPF object check; privileged ones need root).
-    Test,
+    /// Build, then run every test layer: clippy, unit tests, the integration
+    /// tests on this kernel (privileged ones need root), then the same tests
+    /// inside the VM kernels of xtask/vm-kernels.txt.
+    Test {
+        /// Skip the VM tests (they are reported as skipped).
+        #[arg(long)]
+        no_vm: bool,
+    },
+    /// Run the integration tests inside each kernel of xtask/vm-kernels.txt
+    /// under qemu (TCG), fetching kernels and qemu as needed.
+    VmTest(VmArgs),
+}
+
+#[derive(clap::Args)]
+struct VmArgs {
+    /// Only kernels whose name contains this (repeatable), e.g. `--kernel 6.18`.
+    #[arg(long = "kernel", value_name = "NAME")]
+    only: Vec<String>,
+    /// Limit for one kernel's boot and tests, in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Use KVM instead of TCG (opt-in: it hangs on some hosts).
+    #[arg(long)]
+    kvm: bool,
+    /// Print the qemu command line and keep the initramfs under target/vm.
+    #[arg(long)]
+    verbose: bool,
+}
+
+impl VmArgs {
+    fn options(&self) -> vm::Options {
+        vm::Options {
+            only: self.only.clone(),
+            timeout: std::time::Duration::from_secs(self.timeout),
+            kvm: self.kvm,
+            verbose: self.verbose,
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,7 +95,11 @@ fn task(task: Task) -> Result<()> {
             };
             run(Command::new(pipelock).args(args))
         }
-        Task::Test => test(&root),
+        Task::Test { no_vm } => test(&root, no_vm),
+        Task::VmTest(args) => {
+            let tools = bootstrap::ensure(&root)?;
+            vm::vm_test(&root, &tools, &args.options()).map(drop)
+        }
     }
 }
 
@@ -71,9 +113,7 @@ fn workspace_root() -> PathBuf {
 /// Runs a command to completion, echoing it first; fails on a non-zero exit.
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: running {cmd:?}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start {cmd:?}"))?;
+    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }
@@ -99,21 +139,24 @@ fn build(root: &Path) -> Result<PathBuf> {
     Ok(root.join("target/release/pipelock"))
 }
 
-fn test(root: &Path) -> Result<()> {
+fn test(root: &Path, no_vm: bool) -> Result<()> {
     let tools = bootstrap::ensure(root)?;
     run(cargo(root, &tools)?.args(["build", "--release", "--package", "pipelock-user"]))?;
     // Default members only: pipelock-ebpf builds for the BPF target, not the host.
-    run(cargo(root, &tools)?.args([
-        "clippy",
-        "--release",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    run(cargo(root, &tools)?.args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
     run(cargo(root, &tools)?.args(["test", "--release", "--lib", "--bins"]))?;
     // Last, so its `integration: N passed, N failed, N skipped` line closes the
     // run: the eBPF object check, the CLI contract and the privileged host tests.
     run(cargo(root, &tools)?.args(["test", "--release", "--test", "integration"]))?;
-    Ok(())
+    if no_vm {
+        println!("vm-test: 0 passed, 0 failed, 1 skipped (skipped: --no-vm)");
+        return Ok(());
+    }
+    let vm_args = VmArgs {
+        only: Vec::new(),
+        timeout: 600,
+        kvm: false,
+        verbose: false,
+    };
+    vm::vm_test(root, &tools, &vm_args.options()).map(drop)
 }
