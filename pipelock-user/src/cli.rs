@@ -25,6 +25,54 @@ pub enum Command {
     /// Report what this kernel offers pipelock: BTF, tracefs, kprobes, which
     /// program types load, which lock functions exist, and the mode `auto` picks.
     Probe(ProbeArgs),
+    /// Run a built-in workload (the lock benchmarks of lock-patch threads),
+    /// repeat it, and report its figures with perf-stat-like counters.
+    Run(RunArgs),
+    /// Compare two `pipelock run --json` results: mean ± sd, delta, Welch's t-test.
+    Compare {
+        /// The baseline ("before") result file.
+        a: PathBuf,
+        /// The result to compare ("after").
+        b: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(subcommand)]
+    pub workload: WorkloadCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkloadCommand {
+    /// UnixBench "Pipe Throughput": write+read 512 bytes on one pipe, per second.
+    PipeThroughput {
+        #[command(flatten)]
+        args: crate::workload::throughput::Args,
+        #[command(flatten)]
+        common: crate::workload::CommonArgs,
+    },
+    /// The 2^K-process pipe herd of Linux commit 0ddad21d3e99; wall time.
+    PipeHerd {
+        #[command(flatten)]
+        args: crate::workload::herd::Args,
+        #[command(flatten)]
+        common: crate::workload::CommonArgs,
+    },
+    /// pipebench: stream 128 KiB chunks through a pipe and a buffering middle process.
+    PipeStream {
+        #[command(flatten)]
+        args: crate::workload::stream::Args,
+        #[command(flatten)]
+        common: crate::workload::CommonArgs,
+    },
+    /// A stat() storm on one path: dentry lockref contention (`./t`, stat2).
+    LockrefStat {
+        #[command(flatten)]
+        args: crate::workload::lockref::Args,
+        #[command(flatten)]
+        common: crate::workload::CommonArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -35,7 +83,7 @@ pub struct ProbeArgs {
     pub self_test: bool,
 
     /// How long the self-test contends the pipe, in seconds.
-    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, requires = "self_test")]
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, allow_negative_numbers = true, requires = "self_test")]
     pub duration: Duration,
 
     /// Save the kernel facts pipelock reads (filtered kallsyms, BTF, tracepoints,

@@ -57,6 +57,22 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A result file cannot be written.
+    #[error("cannot write {path}")]
+    Output {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A workload could not run as asked.
+    #[error("workload failed: {reason}")]
+    Workload { reason: String },
+    /// The arguments are valid one by one but not together.
+    #[error("{0}")]
+    Usage(String),
+    /// Ctrl-C (or SIGTERM) stopped the command; what finished was reported.
+    #[error("interrupted")]
+    Interrupted,
     /// The self-test ran but saw nothing: the pipeline is broken somewhere.
     #[error("self-test failed: {reason}")]
     SelfTest { reason: String },

@@ -8,10 +8,14 @@ use clap::Parser as _;
 use pipelock_user::{
     Error,
     attach::{AttachSupport, Support},
-    cli::{Cli, Command, ProbeArgs},
+    cli::{Cli, Command, ProbeArgs, WorkloadCommand},
+    compare,
     error::one_line,
     inspector::KernelInspector,
     privilege, probe, selftest,
+    workload::{
+        self, Workload, herd::PipeHerd, lockref::LockrefStat, stream::PipeStream, throughput::PipeThroughput,
+    },
 };
 
 fn main() -> ExitCode {
@@ -22,6 +26,8 @@ fn main() -> ExitCode {
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The report was printed; the conventional exit status for SIGINT.
+        Err(Error::Interrupted) => ExitCode::from(130),
         Err(err) => {
             eprintln!("pipelock: error: {}", one_line(&err));
             ExitCode::FAILURE
@@ -32,6 +38,27 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Probe(args) => run_probe(&args, cli.ebpf_log),
+        Command::Run(args) => run_workload(args.workload),
+        Command::Compare { a, b } => {
+            print!("{}", compare::compare(&a, &b)?);
+            Ok(())
+        }
+    }
+}
+
+fn run_workload(command: WorkloadCommand) -> Result<(), Error> {
+    let (workload, common): (Box<dyn Workload>, _) = match command {
+        WorkloadCommand::PipeThroughput { args, common } => (Box::new(PipeThroughput(args)), common),
+        WorkloadCommand::PipeHerd { args, common } => (Box::new(PipeHerd(args)), common),
+        WorkloadCommand::PipeStream { args, common } => (Box::new(PipeStream(args)), common),
+        WorkloadCommand::LockrefStat { args, common } => (Box::new(LockrefStat::new(args)?), common),
+    };
+    let report = workload::run(workload.as_ref(), &common)?;
+    print!("{}", report.render(&workload.describe_summary(&report)));
+    if report.interrupted {
+        Err(Error::Interrupted)
+    } else {
+        Ok(())
     }
 }
 

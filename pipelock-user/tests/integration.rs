@@ -18,55 +18,42 @@ enum Outcome {
     Skipped(String),
 }
 
-/// Where a test means something: `Kernel` tests exercise the running kernel and
-/// also run inside the VMs; `Build` tests check the binary and its fixtures,
-/// which are the same everywhere, so the VMs leave them out.
+/// Where a test runs: `Kernel` tests exercise what differs between kernels
+/// (program types, kallsyms, BTF) and also run inside the VMs; `Host` tests
+/// check the binary's contract, fixtures and workloads, which do not depend on
+/// the kernel version and would only be slow under emulation.
 #[derive(PartialEq)]
 enum Scope {
     Kernel,
-    Build,
+    Host,
 }
 
 type Test = (&'static str, Scope, fn() -> Result<Outcome>);
 
-const TESTS: &[Test] = &[
-    ("ebpf_object_is_complete", Scope::Build, ebpf_object_is_complete),
-    (
-        "unknown_subcommand_exits_2",
-        Scope::Build,
-        unknown_subcommand_exits_2,
-    ),
-    ("bad_duration_exits_2", Scope::Build, bad_duration_exits_2),
-    (
-        "fixture_kernels_report_their_facts",
-        Scope::Build,
-        fixture_kernels_report_their_facts,
-    ),
-    (
-        "unprivileged_caller_is_refused",
-        Scope::Kernel,
-        unprivileged_caller_is_refused,
-    ),
-    (
-        "probe_agrees_with_the_running_kernel",
-        Scope::Kernel,
-        probe_agrees_with_the_running_kernel,
-    ),
-    (
-        "expected_program_types_load_and_attach",
-        Scope::Kernel,
-        expected_program_types_load_and_attach,
-    ),
-    (
-        "self_test_counts_real_contention",
-        Scope::Kernel,
-        self_test_counts_real_contention,
-    ),
-    (
-        "saved_facts_reproduce_the_live_report",
-        Scope::Kernel,
-        saved_facts_reproduce_the_live_report,
-    ),
+/// `tests![Scope name, …]`: each test function, named once.
+macro_rules! tests {
+    ($($scope:ident $name:ident),* $(,)?) => {
+        &[$((stringify!($name), Scope::$scope, $name as fn() -> Result<Outcome>)),*]
+    };
+}
+
+const TESTS: &[Test] = tests![
+    Host ebpf_object_is_complete,
+    Host unknown_subcommand_exits_2,
+    Host bad_duration_exits_2,
+    Host fixture_kernels_report_their_facts,
+    Host pipe_throughput_scores_like_unixbench,
+    Host pipe_herd_reaches_its_limit,
+    Host pipe_stream_moves_exactly_the_bytes_asked,
+    Host lockref_stat_counts_every_worker,
+    Host workload_bad_input_is_one_clear_line,
+    Host interrupted_herd_leaves_no_process_and_a_report,
+    Host compare_and_csv_read_back,
+    Kernel unprivileged_caller_is_refused,
+    Kernel probe_agrees_with_the_running_kernel,
+    Kernel expected_program_types_load_and_attach,
+    Kernel self_test_counts_real_contention,
+    Kernel saved_facts_reproduce_the_live_report,
 ];
 
 /// Set by the VM's init (`cargo xtask vm-test`).
@@ -81,7 +68,7 @@ fn main() {
         if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
             continue;
         }
-        if in_vm() && *scope == Scope::Build {
+        if in_vm() && *scope == Scope::Host {
             continue;
         }
         match test() {
@@ -450,4 +437,361 @@ fn fixture_kernels_report_their_facts() -> Result<Outcome> {
         bail!("only {seen} fixture kernels in {}", fixtures().display());
     }
     Ok(Outcome::Passed)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("pipelock-it-{}-{name}", std::process::id()))
+}
+
+/// Runs `pipelock run ARGS --json F -q` and returns the parsed result file.
+fn run_workload(args: &[&str]) -> Result<serde_json::Value> {
+    let json = scratch(&format!("{}.json", args[0]));
+    let out = run(pipelock()
+        .arg("run")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--quiet"))?;
+    let result = fs::read_to_string(&json);
+    let _ = fs::remove_file(&json);
+    ensure!(
+        out.status.success(),
+        "pipelock run {args:?}: {}",
+        text(&out.stderr)
+    );
+    Ok(serde_json::from_str(&result?)?)
+}
+
+fn pipe_throughput_scores_like_unixbench() -> Result<Outcome> {
+    let r = run_workload(&[
+        "pipe-throughput",
+        "--duration",
+        "0.2",
+        "--passes",
+        "6",
+        "--runs",
+        "2",
+    ])?;
+    let runs = r["runs"].as_array().context("no runs")?;
+    ensure!(runs.len() == 2, "want 2 runs, got {}", runs.len());
+    for run in runs {
+        let passes: Vec<f64> = run["details"]["pass_lps"]
+            .as_array()
+            .context("no passes")?
+            .iter()
+            .filter_map(|v| v.as_f64())
+            .collect();
+        ensure!(passes.len() == 6, "want 6 passes");
+        ensure!(
+            run["details"]["samples_kept"] == 4,
+            "6 passes keep 4 samples (lowest third dropped)"
+        );
+        let mut kept = passes.clone();
+        kept.sort_by(f64::total_cmp);
+        let geo = (kept[2..].iter().map(|v| v.ln()).sum::<f64>() / 4.0).exp();
+        let value = run["value"].as_f64().context("no value")?;
+        ensure!(
+            (value - geo).abs() / geo < 1e-9,
+            "score {value} is not the geometric mean {geo} of the kept passes"
+        );
+        ensure!(value > 1000.0, "implausible {value} lps");
+        let index = run["details"]["index"].as_f64().context("no index")?;
+        ensure!((index - value / 12440.0 * 10.0).abs() < 1e-6, "index {index}");
+        ensure!(
+            run["counters"]["task_clock_ms"].as_f64().unwrap_or(0.0) > 100.0,
+            "task-clock not counted: {}",
+            run["counters"]
+        );
+        ensure!(
+            run["counters"]["context_switches"].as_u64().is_some(),
+            "no context-switches"
+        );
+    }
+    ensure!(
+        r["system"]["kernel"].as_str().is_some_and(|k| !k.is_empty()),
+        "kernel not recorded"
+    );
+    ensure!(r["params"]["passes"] == 6, "params not recorded: {}", r["params"]);
+    Ok(Outcome::Passed)
+}
+
+fn pipe_herd_reaches_its_limit() -> Result<Outcome> {
+    let r = run_workload(&["pipe-herd", "-k", "3", "--limit", "20000"])?;
+    let run = &r["runs"][0];
+    ensure!(r["params"]["processes"] == 8, "2^3 processes: {}", r["params"]);
+    let last = run["details"]["final_count"].as_u64().context("no final count")?;
+    ensure!(last >= 20000, "the herd stopped at {last}");
+    // 8 processes blocking on one pipe must switch contexts, and they run in
+    // children, so this also checks that counters include the children.
+    ensure!(
+        run["counters"]["context_switches"].as_u64().unwrap_or(0) > 1000,
+        "counters: {}",
+        run["counters"]
+    );
+    Ok(Outcome::Passed)
+}
+
+fn pipe_stream_moves_exactly_the_bytes_asked() -> Result<Outcome> {
+    for sink in ["dev-null", "pipe"] {
+        let r = run_workload(&["pipe-stream", "--bytes", "64M", "--sink", sink])?;
+        let bytes = r["runs"][0]["details"]["bytes"].as_u64().context("no bytes")?;
+        ensure!(
+            bytes == 64 << 20,
+            "{sink}: moved {bytes} bytes, asked {}",
+            64 << 20
+        );
+    }
+    let out = run(pipelock().args(["run", "pipe-stream", "--bytes", "8M", "-q"]))?;
+    ensure!(
+        text(&out.stdout).contains("Piped 8.00 MB in 00h00m"),
+        "no pipebench line:\n{}",
+        text(&out.stdout)
+    );
+    Ok(Outcome::Passed)
+}
+
+fn lockref_stat_counts_every_worker() -> Result<Outcome> {
+    for args in [
+        &["lockref-stat", "--threads", "2", "--duration", "0.3"][..],
+        &[
+            "lockref-stat",
+            "--procs",
+            "2",
+            "--duration",
+            "0.3",
+            "--mode",
+            "separate",
+            "--op",
+            "open-close",
+        ],
+        &[
+            "lockref-stat",
+            "--threads",
+            "1",
+            "--duration",
+            "0.2",
+            "--path",
+            "/proc/self/status",
+            "--op",
+            "access",
+        ],
+    ] {
+        let r = run_workload(args)?;
+        let run = &r["runs"][0];
+        let per_worker: Vec<u64> = run["details"]["per_worker"]
+            .as_array()
+            .context("no per-worker counts")?
+            .iter()
+            .filter_map(|v| v.as_u64())
+            .collect();
+        ensure!(
+            per_worker.iter().all(|&c| c > 0),
+            "{args:?}: a worker did nothing: {per_worker:?}"
+        );
+        ensure!(
+            per_worker.iter().sum::<u64>() == run["details"]["total"].as_u64().unwrap_or(0),
+            "total mismatch"
+        );
+        let expected_workers = if args.contains(&"1") { 1 } else { 2 };
+        ensure!(
+            per_worker.len() == expected_workers,
+            "{args:?}: {} workers",
+            per_worker.len()
+        );
+    }
+    Ok(Outcome::Passed)
+}
+
+fn workload_bad_input_is_one_clear_line() -> Result<Outcome> {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["run", "no-such-workload"], 2, "unrecognized subcommand"),
+        (
+            &["run", "pipe-throughput", "--duration", "0"],
+            2,
+            "greater than 0",
+        ),
+        (
+            &["run", "pipe-throughput", "--duration", "-1"],
+            2,
+            "greater than 0",
+        ),
+        (&["run", "pipe-herd", "--limit", "0"], 2, "--limit"),
+        (&["run", "pipe-herd", "-k", "11"], 2, "--forks"),
+        (
+            &["run", "pipe-herd", "--json", "/nonexistent-dir/x.json"],
+            1,
+            "cannot write /nonexistent-dir/x.json",
+        ),
+        (
+            &["run", "lockref-stat", "--path", "/nonexistent-path"],
+            1,
+            "--path /nonexistent-path: no such file",
+        ),
+        (
+            &["compare", "/nonexistent-a.json", "/nonexistent-b.json"],
+            1,
+            "cannot read /nonexistent-a.json",
+        ),
+    ];
+    for (args, code, message) in cases {
+        let out = run(pipelock().args(*args))?;
+        let stderr = text(&out.stderr);
+        ensure!(
+            out.status.code() == Some(*code),
+            "{args:?}: exit {} (want {code}); {stderr}",
+            out.status
+        );
+        ensure!(
+            stderr.contains(message),
+            "{args:?}: stderr lacks `{message}`: {stderr}"
+        );
+        if *code == 1 {
+            ensure!(
+                stderr.lines().count() == 1,
+                "{args:?}: want one line, got: {stderr}"
+            );
+        }
+        ensure!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    }
+    Ok(Outcome::Passed)
+}
+
+/// Processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(marker))
+        })
+        .collect()
+}
+
+fn interrupted_herd_leaves_no_process_and_a_report() -> Result<Outcome> {
+    // A limit no run reaches, unique so only this test's processes match.
+    let limit = format!("{}", 900_000_000 + std::process::id());
+    let json = scratch("interrupted.json");
+    let child = pipelock()
+        .args([
+            "run",
+            "pipe-herd",
+            "-k",
+            "4",
+            "--limit",
+            &limit,
+            "--runs",
+            "3",
+            "-q",
+            "--json",
+        ])
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while processes_with(&limit).len() < 17 {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the herd of 16 never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: signalling our own child, as Ctrl-C would.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output()?;
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let left = processes_with(&limit);
+    let report = fs::read_to_string(&json);
+    let _ = fs::remove_file(&json);
+    ensure!(
+        left.is_empty(),
+        "{} workload processes survived Ctrl-C: {left:?}",
+        left.len()
+    );
+    ensure!(out.status.code() == Some(130), "exit {} (want 130)", out.status);
+    ensure!(
+        text(&out.stdout).contains("interrupted: 0 run(s) finished"),
+        "no report: {}",
+        text(&out.stdout)
+    );
+    let report: serde_json::Value = serde_json::from_str(&report.context("no JSON written on Ctrl-C")?)?;
+    ensure!(report["interrupted"] == true, "JSON does not say interrupted");
+    Ok(Outcome::Passed)
+}
+
+fn compare_and_csv_read_back() -> Result<Outcome> {
+    let (a, b, csv_path) = (scratch("a.json"), scratch("b.json"), scratch("a.csv"));
+    let result = (|| {
+        for (json, csv) in [(&a, Some(&csv_path)), (&b, None)] {
+            let mut cmd = pipelock();
+            cmd.args([
+                "run",
+                "lockref-stat",
+                "--threads",
+                "1",
+                "--duration",
+                "0.2",
+                "--runs",
+                "3",
+                "-q",
+                "--json",
+            ])
+            .arg(json);
+            if let Some(csv) = csv {
+                cmd.arg("--csv").arg(csv);
+            }
+            let out = run(&mut cmd)?;
+            ensure!(out.status.success(), "{}", text(&out.stderr));
+        }
+        let out = run(pipelock().arg("compare").arg(&a).arg(&b))?;
+        let table = text(&out.stdout);
+        ensure!(out.status.success(), "{}", text(&out.stderr));
+        ensure!(
+            table.contains("p (Welch)")
+                && table.contains("rate (ops/s)")
+                && table.contains("context-switches"),
+            "{table}"
+        );
+
+        let mut reader = csv::Reader::from_path(&csv_path)?;
+        let headers = reader.headers()?.clone();
+        for column in [
+            "workload",
+            "run",
+            "value",
+            "task_clock_ms",
+            "context_switches",
+            "cpu_migrations",
+            "nvcsw",
+        ] {
+            ensure!(
+                headers.iter().any(|h| h == column),
+                "CSV lacks {column}: {headers:?}"
+            );
+        }
+        let rows: Vec<csv::StringRecord> = reader.records().collect::<Result<_, _>>()?;
+        ensure!(rows.len() == 3, "want 3 CSV rows, got {}", rows.len());
+        ensure!(rows.iter().all(|r| r.len() == headers.len()), "ragged CSV");
+        ensure!(
+            rows.iter().all(|r| r[5].parse::<f64>().is_ok_and(|v| v > 0.0)),
+            "values are not positive numbers"
+        );
+
+        let mismatch = run(pipelock()
+            .arg("compare")
+            .arg(&a)
+            .arg(fixtures().join("../results/pipe-herd.json")))?;
+        ensure!(
+            !mismatch.status.success() && text(&mismatch.stderr).contains("cannot compare"),
+            "{}",
+            text(&mismatch.stderr)
+        );
+        Ok(())
+    })();
+    for path in [&a, &b, &csv_path] {
+        let _ = fs::remove_file(path);
+    }
+    result.map(|()| Outcome::Passed)
 }

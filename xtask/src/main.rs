@@ -1,5 +1,6 @@
 //! `cargo xtask …`: builds pipelock from nothing but rustup and cargo, runs it,
 //! and runs every test layer. See README.md for the two commands that matter.
+mod bench;
 mod bootstrap;
 mod cpio;
 mod guest_log;
@@ -39,6 +40,19 @@ enum Task {
         /// Skip the VM tests (they are reported as skipped).
         #[arg(long)]
         no_vm: bool,
+    },
+    /// Each built-in workload against a C program making the same syscalls,
+    /// alternated on this machine; prints pipelock/C ratios (target ≥ 0.95).
+    BenchWorkloads {
+        /// Alternations per workload (the median ratio is reported).
+        #[arg(long, default_value_t = 9)]
+        pairs: usize,
+        /// Seconds per timed run.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Only workloads whose name contains this (repeatable).
+        #[arg(long = "workload", value_name = "NAME")]
+        only: Vec<String>,
     },
     /// Run the integration tests inside each kernel of xtask/vm-kernels.txt
     /// under qemu (TCG), fetching kernels and qemu as needed.
@@ -96,6 +110,13 @@ fn task(task: Task) -> Result<()> {
             run(Command::new(pipelock).args(args))
         }
         Task::Test { no_vm } => test(&root, no_vm),
+        Task::BenchWorkloads { pairs, seconds, only } => {
+            let pipelock = build(&root)?;
+            if !bench::bench_workloads(&root, &pipelock, pairs, seconds, &only)? {
+                bail!("a workload is below the target ratio");
+            }
+            Ok(())
+        }
         Task::VmTest(args) => {
             let tools = bootstrap::ensure(&root)?;
             vm::vm_test(&root, &tools, &args.options()).map(drop)

@@ -1,0 +1,230 @@
+//! Repeat-run statistics: summaries, UnixBench scoring, and Welch's t-test for
+//! `pipelock compare`. Pure functions, unit-tested on fixed inputs.
+use serde::{Deserialize, Serialize};
+
+/// Mean, spread and extremes of per-run values.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub n: usize,
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Sample standard deviation (n − 1); 0 for a single run.
+    pub stddev: f64,
+}
+
+impl Summary {
+    pub fn of(values: &[f64]) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        let n = values.len();
+        let mean = values.iter().sum::<f64>() / n as f64;
+        let var = if n > 1 {
+            values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+        } else {
+            0.0
+        };
+        Some(Self {
+            n,
+            mean,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            stddev: var.sqrt(),
+        })
+    }
+
+    /// Standard deviation as a percentage of the mean.
+    pub fn cv_percent(&self) -> f64 {
+        if self.mean == 0.0 {
+            0.0
+        } else {
+            100.0 * self.stddev / self.mean
+        }
+    }
+}
+
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
+/// UnixBench's score for "lps" tests: drop the lowest third of the samples
+/// (floor(n/3)), take the geometric mean of the rest. Returns (score, kept).
+pub fn unixbench_score(samples: &[f64]) -> Option<(f64, usize)> {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let kept = &sorted[samples.len() / 3..];
+    if kept.is_empty() || kept.iter().any(|v| *v <= 0.0) {
+        return None;
+    }
+    let log_mean = kept.iter().map(|v| v.ln()).sum::<f64>() / kept.len() as f64;
+    Some((log_mean.exp(), kept.len()))
+}
+
+/// UnixBench's baseline for Pipe Throughput (a SPARCstation 20-61 = 10.0).
+pub const PIPE_THROUGHPUT_BASELINE_LPS: f64 = 12440.0;
+
+pub fn unixbench_index(lps: f64, baseline: f64) -> f64 {
+    lps / baseline * 10.0
+}
+
+/// Welch's unequal-variance t-test: (t, degrees of freedom, two-sided p).
+/// None when either side has fewer than two values or both have no variance.
+pub fn welch_t_test(a: &[f64], b: &[f64]) -> Option<(f64, f64, f64)> {
+    let (sa, sb) = (Summary::of(a)?, Summary::of(b)?);
+    if sa.n < 2 || sb.n < 2 {
+        return None;
+    }
+    let (va, vb) = (sa.stddev.powi(2) / sa.n as f64, sb.stddev.powi(2) / sb.n as f64);
+    let se2 = va + vb;
+    if se2 == 0.0 {
+        return None;
+    }
+    let t = (sa.mean - sb.mean) / se2.sqrt();
+    let df = se2.powi(2) / (va.powi(2) / (sa.n - 1) as f64 + vb.powi(2) / (sb.n - 1) as f64);
+    // Two-sided p of Student's t: I_{df/(df+t²)}(df/2, 1/2).
+    let p = regularized_incomplete_beta(df / (df + t * t), df / 2.0, 0.5);
+    Some((t, df, p.clamp(0.0, 1.0)))
+}
+
+/// ln Γ(x), Lanczos approximation (g = 7, n = 9); accurate to ~1e-15 for x > 0.
+fn ln_gamma(x: f64) -> f64 {
+    const G: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection keeps the series in its accurate range.
+        return (std::f64::consts::PI / (std::f64::consts::PI * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let t = x + 7.5;
+    let series = G[1..]
+        .iter()
+        .enumerate()
+        .fold(G[0], |acc, (i, g)| acc + g / (x + i as f64 + 1.0));
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + series.ln()
+}
+
+/// I_x(a, b) by Lentz's continued fraction (Numerical Recipes §6.4).
+fn regularized_incomplete_beta(x: f64, a: f64, b: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    let front = (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp();
+    // The fraction converges fast for x < (a+1)/(a+b+2); use symmetry otherwise.
+    if x > (a + 1.0) / (a + b + 2.0) {
+        return 1.0 - regularized_incomplete_beta(1.0 - x, b, a);
+    }
+    const TINY: f64 = 1e-300;
+    let (mut c, mut d) = (1.0, 1.0 - (a + b) * x / (a + 1.0));
+    if d.abs() < TINY {
+        d = TINY;
+    }
+    d = 1.0 / d;
+    let mut f = d;
+    for m in 1..300 {
+        let m = m as f64;
+        for numerator in [
+            m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0)),
+        ] {
+            d = 1.0 + numerator * d;
+            if d.abs() < TINY {
+                d = TINY;
+            }
+            c = 1.0 + numerator / c;
+            if c.abs() < TINY {
+                c = TINY;
+            }
+            d = 1.0 / d;
+            f *= c * d;
+        }
+        if (c * d - 1.0).abs() < 1e-15 {
+            break;
+        }
+    }
+    front * f / a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn summary_of_fixed_values() {
+        let s = Summary::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).unwrap();
+        assert_eq!((s.n, s.mean, s.min, s.max), (8, 5.0, 2.0, 9.0));
+        assert!(close(s.stddev, 2.138_089_935, 1e-9));
+        assert_eq!(Summary::of(&[3.0]).unwrap().stddev, 0.0);
+        assert!(Summary::of(&[]).is_none());
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    }
+
+    #[test]
+    fn unixbench_index_reproduces_published_figure() {
+        // 493023.3 lps → index 396.3, as in published UnixBench results.
+        let index = unixbench_index(493_023.3, PIPE_THROUGHPUT_BASELINE_LPS);
+        assert_eq!(format!("{index:.1}"), "396.3");
+    }
+
+    #[test]
+    fn unixbench_score_drops_the_lowest_third() {
+        // 10 passes: the 3 lowest are dropped, 7 kept.
+        let samples = [1.0, 2.0, 3.0, 100.0, 100.0, 100.0, 100.0, 100.0, 100.0, 100.0];
+        let (score, kept) = unixbench_score(&samples).unwrap();
+        assert_eq!(kept, 7);
+        assert!(close(score, 100.0, 1e-9));
+        let (score, kept) = unixbench_score(&[1.0, 4.0]).unwrap();
+        assert_eq!(kept, 2);
+        assert!(close(score, 2.0, 1e-12));
+    }
+
+    #[test]
+    fn incomplete_beta_matches_known_values() {
+        assert!(close(regularized_incomplete_beta(0.5, 1.0, 1.0), 0.5, 1e-12));
+        assert!(close(regularized_incomplete_beta(0.3, 2.0, 3.0), 0.3483, 1e-4));
+        assert!(close(ln_gamma(5.0), 24f64.ln(), 1e-12));
+        assert!(close(ln_gamma(0.5), std::f64::consts::PI.sqrt().ln(), 1e-12));
+    }
+
+    #[test]
+    fn welch_matches_a_reference_computation() {
+        // Reference by direct formulas and numerical integration of Student's t
+        // density (Simpson, 2e5 steps): t = -2.22551, df = 24.5246, p = 0.035485.
+        let a = [19.8, 20.4, 19.6, 17.8, 18.5, 18.9, 18.3, 18.9, 19.5, 22.0];
+        let b = [
+            28.2, 26.6, 20.1, 23.3, 25.2, 22.1, 17.7, 27.6, 20.6, 13.7, 23.2, 17.5, 20.6, 18.0, 23.9, 21.6,
+            24.3, 20.4, 23.9, 13.3,
+        ];
+        let (t, df, p) = welch_t_test(&a, &b).unwrap();
+        assert!(close(t, -2.225_512, 1e-5), "t = {t}");
+        assert!(close(df, 24.524_635, 1e-5), "df = {df}");
+        assert!(close(p, 0.035_485, 1e-5), "p = {p}");
+        let (_, _, p_same) = welch_t_test(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0]).unwrap();
+        assert!(close(p_same, 1.0, 1e-9));
+        assert!(welch_t_test(&[1.0], &[2.0, 3.0]).is_none());
+    }
+}
