@@ -19,6 +19,10 @@ use pipelock_user::{
 };
 
 fn main() -> ExitCode {
+    // `pipelock … | head` must end quietly like other Unix tools, not panic
+    // in println!; probes are detached by the kernel when the process dies.
+    // SAFETY: restoring the default disposition before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let default_level = if cli.ebpf_log { "info" } else { "warn" };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))

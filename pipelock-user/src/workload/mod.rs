@@ -129,10 +129,13 @@ fn catch_interrupts() {
 }
 
 fn restore_default_signals() {
-    // SAFETY: resetting dispositions in the freshly forked leader.
+    // SAFETY: resetting dispositions in the freshly forked leader. Workers
+    // must see EPIPE, not die of SIGPIPE, as Rust programs and the C
+    // references do (the parent lets SIGPIPE end it quietly, see main).
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
         libc::signal(libc::SIGTERM, libc::SIG_DFL);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
 }
 

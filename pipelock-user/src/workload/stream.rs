@@ -123,18 +123,6 @@ fn write_all(fd: i32, mut data: &[u8]) -> bool {
     true
 }
 
-fn pipe() -> Result<[i32; 2], Error> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe fills two descriptors.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(Error::Io {
-            what: "pipe",
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(fds)
-}
-
 fn close(fds: &[i32]) {
     // SAFETY: closing descriptors this process owns.
     fds.iter().for_each(|&fd| unsafe {
@@ -199,9 +187,9 @@ impl Workload for PipeStream {
             }
             None => None,
         };
-        let first = pipe()?;
+        let first = sys::pipe()?;
         let sink_pipe = match self.0.sink {
-            Sink::Pipe => Some(pipe()?),
+            Sink::Pipe => Some(sys::pipe()?),
             Sink::DevNull => None,
         };
         let (duration, limit, bufsize) = (self.duration(), self.0.bytes, self.0.bufsize as usize);

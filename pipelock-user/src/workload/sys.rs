@@ -318,6 +318,16 @@ pub fn collect_counters(perf: Option<&PerfCounters>) -> Counters {
     }
 }
 
+/// A plain blocking pipe, as the benchmarks' C programs make it: [read, write].
+pub fn pipe() -> Result<[i32; 2], crate::Error> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills two descriptors.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(last_error("pipe"));
+    }
+    Ok(fds)
+}
+
 /// A pipe carrying the leader's JSON result to the parent.
 pub fn result_pipe() -> Result<(std::fs::File, std::fs::File), crate::Error> {
     let mut fds = [0; 2];

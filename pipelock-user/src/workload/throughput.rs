@@ -42,12 +42,8 @@ fn count_slot(copy: usize) -> usize {
 }
 
 /// The UnixBench loop; returns iterations completed before the stop flag.
-fn pipe_loop() -> Result<u64, std::io::Error> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe fills two descriptors.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+fn pipe_loop() -> Result<u64, Error> {
+    let fds = sys::pipe()?;
     let mut buf = [0u8; MESSAGE];
     let mut count = 0u64;
     while !sys::stopped() {
