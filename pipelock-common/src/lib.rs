@@ -15,12 +15,160 @@ pub mod programs {
     pub const PROBE_FENTRY: &str = "probe_fentry";
     /// Empty kprobe program: `pipelock probe` attaches it to learn whether kprobes work.
     pub const PROBE_KPROBE: &str = "probe_kprobe";
+    /// Tracepoint-mode pipe lock tracing: `lock:contention_begin` / `_end`,
+    /// as tp_btf programs and as classic tracepoint programs.
+    pub const PIPE_CONTENTION_BEGIN_BTF: &str = "pipe_contention_begin_btf";
+    pub const PIPE_CONTENTION_END_BTF: &str = "pipe_contention_end_btf";
+    pub const PIPE_CONTENTION_BEGIN_TP: &str = "pipe_contention_begin_tp";
+    pub const PIPE_CONTENTION_END_TP: &str = "pipe_contention_end_tp";
 }
 
 /// Map names in the eBPF object (the Rust static names of the maps).
 pub mod maps {
     /// `PerCpuArray<u64>` with one slot: `lock:contention_begin` events seen.
     pub const CONTENTION_BEGIN_COUNT: &str = "CONTENTION_BEGIN_COUNT";
+    /// `HashMap<u32 tid, Pending>`: a contended acquisition in progress.
+    pub const PENDING: &str = "PENDING";
+    /// `PerCpuHashMap<u64 lock address, LockStats>`.
+    pub const LOCK_STATS: &str = "LOCK_STATS";
+    /// `HashMap<u64 lock address, LockInfo>`: what the lock belongs to.
+    pub const LOCK_INFO: &str = "LOCK_INFO";
+    /// `HashMap<LockUser, [u8; 16]>`: processes (and their comm) seen on a lock.
+    pub const LOCK_USERS: &str = "LOCK_USERS";
+    /// `PerCpuArray<u64>` indexed by [`crate::Drop`]: events not recorded, and why.
+    pub const DROPS: &str = "DROPS";
+}
+
+/// Name of the global holding the [`TraceConfig`] (set by userspace at load).
+pub const TRACE_CONFIG_GLOBAL: &str = "TRACE_CONFIG";
+
+/// Lock classes, as stored in maps.
+pub mod class {
+    /// `pipe->mutex` (at offset 0 of `pipe_inode_info`).
+    pub const PIPE_MUTEX: u32 = 1;
+    /// `pipe->rd_wait.lock`.
+    pub const PIPE_RD_WAIT: u32 = 2;
+    /// `pipe->wr_wait.lock`.
+    pub const PIPE_WR_WAIT: u32 = 3;
+    /// Another lock, contended by a task inside read/write on a pipe
+    /// (scheduler run-queue and `pi_lock`s of the wake-up path, mostly).
+    pub const OTHER_IN_PIPE_CALL: u32 = 4;
+}
+
+/// Why an event was not recorded; indexes the `DROPS` per-CPU array.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drop {
+    /// `PENDING` was full: a contended acquisition went untimed.
+    PendingFull = 0,
+    /// `LOCK_STATS` was full: a new lock could not be added.
+    StatsFull = 1,
+    /// A `contention_end` without a matching begin (attached mid-wait).
+    UnmatchedEnd = 2,
+    /// A begin on another lock while one was pending (nested contention).
+    Nested = 3,
+    /// `LOCK_USERS` was full: a process on a lock was not recorded.
+    UsersFull = 4,
+}
+
+impl Drop {
+    pub const COUNT: u32 = 5;
+    pub const ALL: [Self; 5] = [
+        Self::PendingFull,
+        Self::StatsFull,
+        Self::UnmatchedEnd,
+        Self::Nested,
+        Self::UsersFull,
+    ];
+}
+
+/// `LCB_F_SPIN` of `lock:contention_begin`: the waiter spins (optimistic
+/// spinning on a mutex, or a spinlock).
+pub const LCB_F_SPIN: u32 = 0x1;
+
+/// Kernel struct offsets and filters, resolved by userspace from the running
+/// kernel's BTF and handed to the programs as a global at load time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TraceConfig {
+    pub task_files: u32,
+    pub files_fdt: u32,
+    pub fdt_max_fds: u32,
+    pub fdt_fd: u32,
+    pub file_inode: u32,
+    pub file_private_data: u32,
+    pub inode_mode: u32,
+    pub inode_ino: u32,
+    /// `pipe_inode_info.rd_wait` + `wait_queue_head.lock`.
+    pub pipe_rd_wait_lock: u32,
+    pub pipe_wr_wait_lock: u32,
+    /// `pt_regs.orig_ax` and `pt_regs.di` (the syscall number and first argument).
+    pub regs_syscall_nr: u32,
+    pub regs_arg0: u32,
+    /// Syscall numbers of read, write, readv, writev on this architecture.
+    pub nr_read: u32,
+    pub nr_write: u32,
+    pub nr_readv: u32,
+    pub nr_writev: u32,
+    /// Only this process (0: all).
+    pub filter_tgid: u32,
+    /// Bit `1 << class` set for each class to record.
+    pub class_mask: u32,
+}
+
+/// A contended acquisition in progress, keyed by thread id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub lock: u64,
+    pub start_ns: u64,
+    pub class: u32,
+    /// OR of the flags of every `contention_begin` of this acquisition.
+    pub flags_or: u32,
+    /// AND of them: without `LCB_F_SPIN` the waiter went to sleep at least once.
+    pub flags_and: u32,
+    pub _pad: u32,
+}
+
+/// Per-lock statistics (per CPU in the map; userspace sums them).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockStats {
+    /// Acquisitions that went to the slow path (one per `contention_end`).
+    pub contentions: u64,
+    /// Of those, the ones that only spun (every begin had `LCB_F_SPIN`).
+    pub spin_only: u64,
+    /// Contended time, lock call to acquisition (begin → end), in ns.
+    pub wait: Histogram,
+}
+
+impl LockStats {
+    pub const EMPTY: Self = Self {
+        contentions: 0,
+        spin_only: 0,
+        wait: Histogram::EMPTY,
+    };
+}
+
+/// What a traced lock belongs to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The `pipe_inode_info` the lock belongs to (or was contended inside).
+    pub pipe: u64,
+    /// The pipe's inode number: `pipe:[ino]` in /proc/PID/fd.
+    pub ino: u64,
+    pub class: u32,
+    pub _pad: u32,
+}
+
+/// Key of `LOCK_USERS`: a process seen contending a lock.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LockUser {
+    pub lock: u64,
+    pub tgid: u32,
+    pub _pad: u32,
 }
 
 /// The tracepoint the self-test counts: category and name as tracefs spells them.
@@ -81,8 +229,14 @@ impl Histogram {
 
 #[cfg(feature = "user")]
 mod user {
-    // SAFETY: `#[repr(C)]`, only `u64` fields, no padding, every bit pattern valid.
+    // SAFETY (all): `#[repr(C)]`, integer fields only, explicit padding
+    // fields, so no uninitialised bytes and every bit pattern is valid.
     unsafe impl aya::Pod for super::Histogram {}
+    unsafe impl aya::Pod for super::TraceConfig {}
+    unsafe impl aya::Pod for super::Pending {}
+    unsafe impl aya::Pod for super::LockStats {}
+    unsafe impl aya::Pod for super::LockInfo {}
+    unsafe impl aya::Pod for super::LockUser {}
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 mod capability;
 mod contention;
+mod pipe_contention;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -25,6 +25,9 @@ pub enum Command {
     /// Report what this kernel offers pipelock: BTF, tracefs, kprobes, which
     /// program types load, which lock functions exist, and the mode `auto` picks.
     Probe(ProbeArgs),
+    /// Trace pipe lock contention: per-lock wait (and, in fentry/kprobe mode,
+    /// hold) times, until COMMAND exits, --duration passes, or Ctrl-C.
+    Trace(TraceArgs),
     /// Run a built-in workload (the lock benchmarks of lock-patch threads),
     /// repeat it, and report its figures with perf-stat-like counters.
     Run(RunArgs),
@@ -35,6 +38,33 @@ pub enum Command {
         /// The result to compare ("after").
         b: PathBuf,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    #[arg(long, value_enum, default_value_t = crate::trace::ModeArg::Auto)]
+    pub mode: crate::trace::ModeArg,
+    /// Stop after this many seconds (default: when COMMAND exits, or Ctrl-C).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub duration: Option<Duration>,
+    /// Only this process (its tasks' contention; filtered in the kernel).
+    #[arg(short, long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Only locks this command name (comm) was seen contending.
+    #[arg(short, long, value_name = "COMM")]
+    pub comm: Option<String>,
+    /// Lock classes to record (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub class: Vec<crate::trace::ClassArg>,
+    /// Write one CSV row per lock (times in ns; unmeasured values empty).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write the report as JSON, histogram buckets included.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// A command to run while tracing; tracing stops when it exits.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

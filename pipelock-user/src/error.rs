@@ -26,6 +26,9 @@ pub enum Error {
         #[source]
         source: btf_rs::Error,
     },
+    /// The kernel's BTF lacks a struct member pipelock reads.
+    #[error("kernel BTF has no {type_name}.{member}")]
+    KernelType { type_name: String, member: String },
     /// The embedded eBPF object was rejected as a whole.
     #[error("cannot load pipelock's eBPF object")]
     Load {

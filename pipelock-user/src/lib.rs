@@ -12,10 +12,13 @@ pub mod compare;
 pub mod ebpf;
 pub mod error;
 pub mod inspector;
+pub mod interrupt;
+pub mod lockstats;
 pub mod privilege;
 pub mod probe;
 pub mod selftest;
 pub mod stats;
+pub mod trace;
 pub mod workload;
 
 pub use error::Error;

@@ -8,13 +8,19 @@ use clap::Parser as _;
 use pipelock_user::{
     Error,
     attach::{AttachSupport, Support},
-    cli::{Cli, Command, ProbeArgs, WorkloadCommand},
+    cli::{Cli, Command, ProbeArgs, TraceArgs, WorkloadCommand},
     compare,
     error::one_line,
     inspector::KernelInspector,
-    privilege, probe, selftest,
+    interrupt, lockstats, privilege, probe, selftest,
+    trace::{self, Filters, Tracer},
     workload::{
-        self, Workload, herd::PipeHerd, lockref::LockrefStat, stream::PipeStream, throughput::PipeThroughput,
+        self, Workload,
+        herd::PipeHerd,
+        lockref::LockrefStat,
+        report::{Format, Outputs},
+        stream::PipeStream,
+        throughput::PipeThroughput,
     },
 };
 
@@ -42,7 +48,8 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Probe(args) => run_probe(&args, cli.ebpf_log),
-        Command::Run(args) => run_workload(args.workload),
+        Command::Trace(args) => run_trace(&args, cli.ebpf_log),
+        Command::Run(args) => run_workload(args.workload, cli.ebpf_log),
         Command::Compare { a, b } => {
             print!("{}", compare::compare(&a, &b)?);
             Ok(())
@@ -50,15 +57,65 @@ fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
-fn run_workload(command: WorkloadCommand) -> Result<(), Error> {
+fn run_trace(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
+    let outputs = Outputs::prepare(args.json.as_deref(), args.csv.as_deref())?;
+    let filters = Filters {
+        tgid: args.pid,
+        comm: args.comm.clone(),
+        classes: args.class.clone(),
+    };
+    let tracer = Tracer::attach(args.mode, &filters, ebpf_log)?;
+    interrupt::catch();
+    let child = match args.command.split_first() {
+        Some((program, rest)) => Some(std::process::Command::new(program).args(rest).spawn().map_err(
+            |source| Error::Io {
+                what: "starting COMMAND",
+                source,
+            },
+        )?),
+        None => None,
+    };
+    eprintln!("pipelock: tracing with {} (Ctrl-C to stop)", tracer.mode());
+    let status = trace::wait_for(args.duration, child, interrupt::flag())?;
+    let report = tracer.report()?;
+    drop(tracer);
+    print!("{}", lockstats::render(&report));
+    outputs.write_with(|format| match format {
+        Format::Json => serde_json::to_vec_pretty(&report).map_err(io::Error::other),
+        Format::Csv => lockstats::to_csv(&report).map_err(io::Error::other),
+    })?;
+    if let Some(status) = status
+        && !status.success()
+    {
+        eprintln!("pipelock: COMMAND exited with {status}");
+    }
+    Ok(())
+}
+
+fn run_workload(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     let (workload, common): (Box<dyn Workload>, _) = match command {
         WorkloadCommand::PipeThroughput { args, common } => (Box::new(PipeThroughput(args)), common),
         WorkloadCommand::PipeHerd { args, common } => (Box::new(PipeHerd(args)), common),
         WorkloadCommand::PipeStream { args, common } => (Box::new(PipeStream(args)), common),
         WorkloadCommand::LockrefStat { args, common } => (Box::new(LockrefStat::new(args)?), common),
     };
+    // The workload's processes are all named like this binary.
+    let tracer = if common.trace {
+        let filters = Filters {
+            tgid: None,
+            comm: Some(own_comm()),
+            classes: Vec::new(),
+        };
+        Some(Tracer::attach(common.trace_mode, &filters, ebpf_log)?)
+    } else {
+        None
+    };
     let report = workload::run(workload.as_ref(), &common)?;
     print!("{}", report.render(&workload.describe_summary(&report)));
+    if let Some(tracer) = tracer {
+        println!();
+        print!("{}", lockstats::render(&tracer.report()?));
+    }
     if report.interrupted {
         Err(Error::Interrupted)
     } else {
@@ -95,6 +152,13 @@ fn run_probe(args: &ProbeArgs, ebpf_log: bool) -> Result<(), Error> {
         print!("{}", selftest::run(args.duration, ebpf_log)?.render());
     }
     Ok(())
+}
+
+/// This process's comm (the kernel's 15-byte task name).
+fn own_comm() -> String {
+    fs::read_to_string("/proc/self/comm")
+        .map(|c| c.trim().to_owned())
+        .unwrap_or_else(|_| "pipelock".into())
 }
 
 /// Captures into a sibling temporary directory first, so an interrupted or

@@ -54,6 +54,9 @@ const TESTS: &[Test] = tests![
     Kernel expected_program_types_load_and_attach,
     Kernel self_test_counts_real_contention,
     Kernel saved_facts_reproduce_the_live_report,
+    Kernel trace_sees_the_herds_pipe_locks,
+    Kernel trace_of_an_unshared_pipe_has_no_pipe_rows,
+    Host unimplemented_trace_modes_are_refused,
 ];
 
 /// Set by the VM's init (`cargo xtask vm-test`).
@@ -794,4 +797,130 @@ fn compare_and_csv_read_back() -> Result<Outcome> {
         let _ = fs::remove_file(path);
     }
     result.map(|()| Outcome::Passed)
+}
+
+/// `pipelock trace --json F ARGS -- pipelock CMD…` as root; the parsed JSON.
+fn trace_json(
+    trace_args: &[&str],
+    command: &[&str],
+) -> Result<std::result::Result<serde_json::Value, Outcome>> {
+    if !is_root() {
+        return Ok(Err(Outcome::Skipped("needs root".to_owned())));
+    }
+    if pipelock_user::ebpf::OBJECT.is_empty() {
+        return Ok(Err(Outcome::Skipped(stub_reason())));
+    }
+    let json = scratch("trace.json");
+    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let out = run(pipelock()
+        .arg("trace")
+        .args(trace_args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(&bin)
+        .args(command))?;
+    let text_json = fs::read_to_string(&json);
+    let _ = fs::remove_file(&json);
+    ensure!(out.status.success(), "pipelock trace: {}", text(&out.stderr));
+    Ok(Ok(serde_json::from_str(&text_json?)?))
+}
+
+fn trace_sees_the_herds_pipe_locks() -> Result<Outcome> {
+    let limit = if in_vm() { "30000" } else { "100000" };
+    let report = match trace_json(
+        &["--mode", "tracepoint"],
+        &["run", "pipe-herd", "-k", "5", "--limit", limit, "-q"],
+    )? {
+        Ok(report) => report,
+        Err(skip) => return Ok(skip),
+    };
+    let locks = report["locks"].as_array().context("no locks array")?;
+    let pipe_rows: Vec<&serde_json::Value> = locks
+        .iter()
+        .filter(|l| l["class"].as_str().is_some_and(|c| c.starts_with("pipe-")))
+        .collect();
+    ensure!(
+        !pipe_rows.is_empty(),
+        "32 processes on one pipe, yet no pipe lock row: {report}"
+    );
+    let contended: u64 = pipe_rows.iter().filter_map(|l| l["contentions"].as_u64()).sum();
+    ensure!(contended > 0, "pipe rows without contentions");
+    let inos: std::collections::BTreeSet<u64> =
+        pipe_rows.iter().filter_map(|l| l["pipe_ino"].as_u64()).collect();
+    ensure!(
+        inos.len() == 1 && !inos.contains(&0),
+        "the herd uses one pipe, rows name {inos:?}"
+    );
+    for row in &pipe_rows {
+        ensure!(
+            row["hold"].is_null() && row["acquisitions"].is_null(),
+            "tracepoint mode claims hold/acquisitions: {row}"
+        );
+        ensure!(
+            row["comms"].as_array().is_some_and(|c| !c.is_empty()),
+            "no process recorded: {row}"
+        );
+        let wait = &row["wait"];
+        ensure!(
+            wait["count"] == row["contentions"],
+            "wait count != contentions: {row}"
+        );
+        ensure!(
+            wait["max_ns"].as_u64() >= wait["p99_ns"].as_u64(),
+            "p99 above max: {row}"
+        );
+    }
+    ensure!(
+        report["mode"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("tracepoint")),
+        "mode: {}",
+        report["mode"]
+    );
+    Ok(Outcome::Passed)
+}
+
+fn trace_of_an_unshared_pipe_has_no_pipe_rows() -> Result<Outcome> {
+    // One process writing and reading its own pipe never waits for anyone.
+    let duration = if in_vm() { "1" } else { "0.5" };
+    let report = match trace_json(
+        &["--mode", "tracepoint", "--comm", "pipelock"],
+        &[
+            "run",
+            "pipe-throughput",
+            "--duration",
+            duration,
+            "--passes",
+            "1",
+            "-q",
+        ],
+    )? {
+        Ok(report) => report,
+        Err(skip) => return Ok(skip),
+    };
+    let pipe_rows: Vec<&serde_json::Value> = report["locks"]
+        .as_array()
+        .context("no locks array")?
+        .iter()
+        .filter(|l| l["class"].as_str().is_some_and(|c| c.starts_with("pipe-")))
+        .collect();
+    ensure!(
+        pipe_rows.is_empty(),
+        "an unshared pipe showed contention: {pipe_rows:?}"
+    );
+    Ok(Outcome::Passed)
+}
+
+fn unimplemented_trace_modes_are_refused() -> Result<Outcome> {
+    for mode in ["fentry", "kprobe"] {
+        let out = run(pipelock().args(["trace", "--mode", mode, "--duration", "1"]))?;
+        let stderr = text(&out.stderr);
+        ensure!(out.status.code() == Some(1), "--mode {mode}: exit {}", out.status);
+        ensure!(
+            stderr.contains("not implemented yet") && stderr.lines().count() == 1,
+            "--mode {mode}: {stderr}"
+        );
+    }
+    Ok(Outcome::Passed)
 }

@@ -15,7 +15,7 @@ pub mod throughput;
 
 use std::{
     io::Read as _,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
@@ -104,28 +104,16 @@ pub struct CommonArgs {
     /// switch. nvcsw/nivcsw (getrusage) are still reported.
     #[arg(long)]
     pub no_counters: bool,
+    /// Trace pipe locks while the workload runs (see `pipelock trace`) and
+    /// report them after the workload's figures.
+    #[arg(long)]
+    pub trace: bool,
+    /// Attach mode for --trace (as `pipelock trace --mode`).
+    #[arg(long, value_enum, default_value_t = crate::trace::ModeArg::Auto, requires = "trace")]
+    pub trace_mode: crate::trace::ModeArg,
     /// No progress bar (it is also off when stdout is not a terminal).
     #[arg(long, short)]
     pub quiet: bool,
-}
-
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
-/// SIGINT/SIGTERM only set a flag: the run loop then kills the workload's
-/// process group and still reports what finished.
-fn catch_interrupts() {
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as usize;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
-        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
-    }
 }
 
 fn restore_default_signals() {
@@ -170,7 +158,7 @@ pub fn run(workload: &dyn Workload, common: &CommonArgs) -> Result<Report, Error
         || !std::io::IsTerminal::is_terminal(&std::io::stderr());
     let shared = Shared::new(workload.shared_slots())?;
     let mut report = Report::new(workload, common);
-    catch_interrupts();
+    crate::interrupt::catch();
     let bar = progress_bar(workload, common.runs, quiet);
 
     for index in 0..common.runs {
@@ -244,10 +232,10 @@ fn run_once(
     loop {
         // SAFETY: polling our own child.
         let done = unsafe { libc::waitpid(leader, &mut status, libc::WNOHANG) };
-        if done == leader && !INTERRUPTED.load(Ordering::Relaxed) {
+        if done == leader && !crate::interrupt::interrupted() {
             break;
         }
-        if INTERRUPTED.load(Ordering::Relaxed) {
+        if crate::interrupt::interrupted() {
             // SAFETY: kill the whole workload group, then reap the leader.
             unsafe {
                 libc::kill(-leader, libc::SIGKILL);

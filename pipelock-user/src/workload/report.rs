@@ -248,8 +248,8 @@ pub struct Outputs {
     files: Vec<(PathBuf, PathBuf, Format)>,
 }
 
-#[derive(Clone, Copy)]
-enum Format {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
     Json,
     Csv,
 }
@@ -271,12 +271,17 @@ impl Outputs {
         Ok(Self { files })
     }
 
-    pub fn write(mut self, report: &Report) -> Result<(), Error> {
+    pub fn write(self, report: &Report) -> Result<(), Error> {
+        self.write_with(|format| match format {
+            Format::Json => serde_json::to_vec_pretty(report).map_err(std::io::Error::other),
+            Format::Csv => to_csv(report).map_err(std::io::Error::other),
+        })
+    }
+
+    /// Writes each file with the bytes `render` makes for its format.
+    pub fn write_with(mut self, render: impl Fn(Format) -> std::io::Result<Vec<u8>>) -> Result<(), Error> {
         for (path, staging, format) in std::mem::take(&mut self.files) {
-            let bytes = match format {
-                Format::Json => serde_json::to_vec_pretty(report).map_err(std::io::Error::other),
-                Format::Csv => to_csv(report).map_err(std::io::Error::other),
-            };
+            let bytes = render(format);
             let result = bytes.and_then(|bytes| {
                 let mut file = fs::File::create(&staging)?;
                 file.write_all(&bytes)?;

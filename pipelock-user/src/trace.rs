@@ -1,0 +1,320 @@
+//! `pipelock trace`: attach the pipe lock programs, let the load run, read
+//! and merge the maps into a [`TraceReport`].
+//!
+//! This version implements the tracepoint mode (wait of contended
+//! acquisitions, from `lock:contention_begin/end`), which works on every
+//! kernel since 5.19 including ones without kprobes or fentry. The fentry and
+//! kprobe modes, which add hold times and uncontended acquisitions, are not
+//! implemented yet: asking for them is an error, never a silent fallback.
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::{Duration, Instant},
+};
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, PerCpuArray, PerCpuHashMap},
+    programs::{BtfTracePoint, TracePoint},
+};
+use pipelock_common::{
+    Drop, LockInfo, LockStats, LockUser, TRACE_CONFIG_GLOBAL, TraceConfig, class, maps, programs,
+};
+
+use crate::{
+    Error,
+    attach::TracepointKind,
+    error::one_line,
+    inspector::{KernelBtf, KernelInspector},
+    lockstats::{self, LockRow, PERCENTILE_RESOLUTION, Timing, TraceReport},
+};
+
+/// `--mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// The best mode that works here (this version: tracepoint).
+    Auto,
+    /// fentry/fexit: wait and hold (not implemented yet).
+    Fentry,
+    /// kprobe/kretprobe: wait and hold (not implemented yet).
+    Kprobe,
+    /// lock:contention_begin/end: wait of contended acquisitions only.
+    Tracepoint,
+}
+
+/// `--class`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClassArg {
+    /// pipe->mutex.
+    PipeMutex,
+    /// pipe->rd_wait.lock and pipe->wr_wait.lock.
+    PipeWait,
+    /// Other locks contended inside pipe read/write (scheduler locks of wake-ups).
+    Other,
+}
+
+impl ClassArg {
+    fn mask(self) -> u32 {
+        match self {
+            Self::PipeMutex => 1 << class::PIPE_MUTEX,
+            Self::PipeWait => (1 << class::PIPE_RD_WAIT) | (1 << class::PIPE_WR_WAIT),
+            Self::Other => 1 << class::OTHER_IN_PIPE_CALL,
+        }
+    }
+}
+
+/// What to trace.
+#[derive(Clone, Debug)]
+pub struct Filters {
+    pub tgid: Option<u32>,
+    pub comm: Option<String>,
+    pub classes: Vec<ClassArg>,
+}
+
+/// x86-64 syscall numbers (read, write, readv, writev).
+#[cfg(target_arch = "x86_64")]
+const SYSCALLS: [u32; 4] = [0, 1, 19, 20];
+
+/// Resolves every offset the programs need from the kernel's BTF.
+pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, Error> {
+    let off = |t: &str, m: &str| btf.offset_of(t, m);
+    let classes = if filters.classes.is_empty() {
+        vec![ClassArg::PipeMutex, ClassArg::PipeWait, ClassArg::Other]
+    } else {
+        filters.classes.clone()
+    };
+    Ok(TraceConfig {
+        task_files: off("task_struct", "files")?,
+        files_fdt: off("files_struct", "fdt")?,
+        fdt_max_fds: off("fdtable", "max_fds")?,
+        fdt_fd: off("fdtable", "fd")?,
+        file_inode: off("file", "f_inode")?,
+        file_private_data: off("file", "private_data")?,
+        inode_mode: off("inode", "i_mode")?,
+        inode_ino: off("inode", "i_ino")?,
+        pipe_rd_wait_lock: off("pipe_inode_info", "rd_wait.lock")?,
+        pipe_wr_wait_lock: off("pipe_inode_info", "wr_wait.lock")?,
+        regs_syscall_nr: off("pt_regs", "orig_ax")?,
+        regs_arg0: off("pt_regs", "di")?,
+        nr_read: SYSCALLS[0],
+        nr_write: SYSCALLS[1],
+        nr_readv: SYSCALLS[2],
+        nr_writev: SYSCALLS[3],
+        filter_tgid: filters.tgid.unwrap_or(0),
+        class_mask: classes.iter().fold(0, |m, c| m | c.mask()),
+    })
+}
+
+/// Attached programs; dropping it detaches them.
+pub struct Tracer {
+    ebpf: Ebpf,
+    kind: TracepointKind,
+    started: Instant,
+    comm_filter: Option<String>,
+}
+
+impl Tracer {
+    pub fn attach(mode: ModeArg, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
+        if matches!(mode, ModeArg::Fentry | ModeArg::Kprobe) {
+            return Err(Error::Usage(format!(
+                "--mode {}: not implemented yet; this version traces with the contention \
+                 tracepoints only (--mode tracepoint or auto)",
+                if mode == ModeArg::Fentry {
+                    "fentry"
+                } else {
+                    "kprobe"
+                }
+            )));
+        }
+        crate::privilege::require()?;
+        let inspector = KernelInspector::live();
+        if crate::ebpf::OBJECT.is_empty() {
+            return Err(Error::StubObject);
+        }
+        let btf = inspector.btf()?;
+        let config = trace_config(&btf, filters)?;
+        let mut ebpf = EbpfLoader::new()
+            .override_global(TRACE_CONFIG_GLOBAL, &config, true)
+            .load(crate::ebpf::OBJECT)
+            .map_err(|source| Error::Load { source })?;
+        if ebpf_log && let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {
+            log::warn!("eBPF logging unavailable: {}", one_line(&err));
+        }
+        let kind = attach_contention(&mut ebpf)?;
+        Ok(Self {
+            ebpf,
+            kind,
+            started: Instant::now(),
+            comm_filter: filters.comm.clone(),
+        })
+    }
+
+    pub fn mode(&self) -> String {
+        format!("tracepoint ({})", self.kind)
+    }
+
+    /// Reads and merges the maps into a report.
+    pub fn report(&self) -> Result<TraceReport, Error> {
+        let map_err = |name: &str| {
+            let name = name.to_owned();
+            move |source| Error::Map { map: name, source }
+        };
+        let get = |name: &str| {
+            self.ebpf.map(name).ok_or_else(|| Error::Missing {
+                kind: "map",
+                name: name.to_owned(),
+            })
+        };
+        let stats: PerCpuHashMap<_, u64, LockStats> =
+            PerCpuHashMap::try_from(get(maps::LOCK_STATS)?).map_err(map_err(maps::LOCK_STATS))?;
+        let info: BpfHashMap<_, u64, LockInfo> =
+            BpfHashMap::try_from(get(maps::LOCK_INFO)?).map_err(map_err(maps::LOCK_INFO))?;
+        let users: BpfHashMap<_, LockUser, [u8; 16]> =
+            BpfHashMap::try_from(get(maps::LOCK_USERS)?).map_err(map_err(maps::LOCK_USERS))?;
+        let drops: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(get(maps::DROPS)?).map_err(map_err(maps::DROPS))?;
+
+        let mut comms: HashMap<u64, Vec<(u32, String)>> = HashMap::new();
+        for entry in users.iter() {
+            let (user, comm) = entry.map_err(map_err(maps::LOCK_USERS))?;
+            let comm = String::from_utf8_lossy(comm.split(|b| *b == 0).next().unwrap_or(&[])).into_owned();
+            comms.entry(user.lock).or_default().push((user.tgid, comm));
+        }
+
+        let mut rows = Vec::new();
+        for entry in stats.iter() {
+            let (lock, per_cpu) = entry.map_err(map_err(maps::LOCK_STATS))?;
+            let mut merged = LockStats::EMPTY;
+            for cpu in per_cpu.iter() {
+                merged.contentions += cpu.contentions;
+                merged.spin_only += cpu.spin_only;
+                lockstats::merge(&mut merged.wait, &cpu.wait);
+            }
+            let lock_info = info.get(&lock, 0).ok();
+            let mut users = comms.remove(&lock).unwrap_or_default();
+            users.sort();
+            if let Some(wanted) = &self.comm_filter
+                && !users.iter().any(|(_, comm)| comm == wanted)
+            {
+                continue;
+            }
+            let class = lock_info.map_or(0, |i| i.class);
+            let pipe_ino = lock_info.map(|i| i.ino).filter(|ino| *ino != 0);
+            let pipe = pipe_ino.map_or_else(|| "pipe:[?]".to_owned(), |ino| format!("pipe:[{ino}]"));
+            let name = if class == class::OTHER_IN_PIPE_CALL {
+                format!("{lock:#x} in {pipe} call")
+            } else {
+                pipe
+            };
+            rows.push(LockRow {
+                class: lockstats::class_name(class),
+                lock_addr: lock,
+                pipe_ino,
+                name,
+                comms: users.iter().map(|(pid, comm)| format!("{comm}({pid})")).collect(),
+                mode: self.mode(),
+                acquisitions: None,
+                contentions: merged.contentions,
+                spin_only: merged.spin_only,
+                wait: Timing::from_hist(&merged.wait),
+                hold: None,
+            });
+        }
+        rows.sort_by(|a, b| {
+            let total = |r: &LockRow| r.wait.as_ref().map_or(0, |w| w.total_ns);
+            total(b).cmp(&total(a)).then(a.lock_addr.cmp(&b.lock_addr))
+        });
+
+        let names = [
+            "pending_full",
+            "stats_full",
+            "unmatched_end",
+            "nested",
+            "users_full",
+        ];
+        let mut dropped = BTreeMap::new();
+        for (reason, name) in Drop::ALL.iter().zip(names) {
+            let per_cpu = drops.get(&(*reason as u32), 0).map_err(map_err(maps::DROPS))?;
+            dropped.insert(name.to_owned(), per_cpu.iter().sum());
+        }
+        Ok(TraceReport {
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned(),
+            mode: self.mode(),
+            hold_unavailable_reason: Some(
+                "the contention tracepoints only see contended acquisitions; hold time needs fentry or kprobe"
+                    .to_owned(),
+            ),
+            duration_s: self.started.elapsed().as_secs_f64(),
+            totals: TraceReport::totals(&rows),
+            locks: rows,
+            drops: dropped,
+            percentile_resolution: PERCENTILE_RESOLUTION,
+        })
+    }
+}
+
+/// tp_btf first (typed arguments, cheaper), the classic tracepoint otherwise.
+fn attach_contention(ebpf: &mut Ebpf) -> Result<TracepointKind, Error> {
+    let tp_btf = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {
+        for (program, event) in [
+            (programs::PIPE_CONTENTION_BEGIN_BTF, "contention_begin"),
+            (programs::PIPE_CONTENTION_END_BTF, "contention_end"),
+        ] {
+            let prog: &mut BtfTracePoint =
+                crate::ebpf::program_mut(ebpf, program).map_err(|e| one_line(&e))?;
+            prog.load(event, &btf).map_err(|e| one_line(&e))?;
+            prog.attach().map_err(|e| one_line(&e))?;
+        }
+        Ok(())
+    });
+    if let Err(why) = tp_btf {
+        log::info!("tp_btf unavailable ({why}); using the classic tracepoints");
+        for (program, event) in [
+            (programs::PIPE_CONTENTION_BEGIN_TP, "contention_begin"),
+            (programs::PIPE_CONTENTION_END_TP, "contention_end"),
+        ] {
+            let prog: &mut TracePoint = crate::ebpf::program_mut(ebpf, program)?;
+            let fail = |action| {
+                let program = program.to_owned();
+                move |source| Error::Program {
+                    action,
+                    program,
+                    source,
+                }
+            };
+            prog.load().map_err(fail("load"))?;
+            prog.attach("lock", event).map_err(fail("attach"))?;
+        }
+        return Ok(TracepointKind::Classic);
+    }
+    Ok(TracepointKind::TpBtf)
+}
+
+/// Waits until `duration` passes, `child` exits, or Ctrl-C; returns the
+/// child's exit status if there was one.
+pub fn wait_for(
+    duration: Option<Duration>,
+    mut child: Option<std::process::Child>,
+    interrupted: &std::sync::atomic::AtomicBool,
+) -> Result<Option<std::process::ExitStatus>, Error> {
+    let started = Instant::now();
+    loop {
+        if let Some(child) = child.as_mut()
+            && let Some(status) = child.try_wait().map_err(|source| Error::Io {
+                what: "waiting for COMMAND",
+                source,
+            })?
+        {
+            return Ok(Some(status));
+        }
+        if interrupted.load(std::sync::atomic::Ordering::Relaxed)
+            || duration.is_some_and(|d| started.elapsed() >= d)
+        {
+            if let Some(mut child) = child {
+                let _ = child.kill();
+                return Ok(child.wait().ok());
+            }
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
