@@ -57,6 +57,7 @@ const TESTS: &[Test] = tests![
     Kernel trace_sees_the_herds_pipe_locks,
     Kernel trace_of_an_unshared_pipe_has_no_pipe_rows,
     Host unimplemented_trace_modes_are_refused,
+    Host trace_counts_agree_with_perf_lock,
 ];
 
 /// Set by the VM's init (`cargo xtask vm-test`).
@@ -922,5 +923,78 @@ fn unimplemented_trace_modes_are_refused() -> Result<Outcome> {
             "--mode {mode}: {stderr}"
         );
     }
+    Ok(Outcome::Passed)
+}
+
+/// Cross-check against an independent tool: `perf lock record` and
+/// `pipelock trace` watch the same herd; for every pipe lock pipelock reports,
+/// its contention count must equal perf's `lock:contention_end` count at that
+/// address within 2 %.
+fn trace_counts_agree_with_perf_lock() -> Result<Outcome> {
+    let perf = ["/usr/bin/perf", "/usr/local/bin/perf"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    let Some(perf) = perf else {
+        return Ok(Outcome::Skipped(
+            "perf is not installed (Debian: linux-perf)".into(),
+        ));
+    };
+    let data = scratch("perf.data");
+    let data_arg = data.to_str().context("non-UTF-8 temp path")?;
+    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    if !is_root() {
+        return Ok(Outcome::Skipped("needs root".to_owned()));
+    }
+    if pipelock_user::ebpf::OBJECT.is_empty() {
+        return Ok(Outcome::Skipped(stub_reason()));
+    }
+    let json = scratch("perf-trace.json");
+    let out = run(pipelock()
+        .args(["trace", "--mode", "tracepoint", "--json"])
+        .arg(&json)
+        .args(["--", perf, "lock", "record", "-o", data_arg, "--", &bin])
+        .args(["run", "pipe-herd", "-k", "5", "--limit", "100000", "-q"]))?;
+    let text_json = fs::read_to_string(&json);
+    let _ = fs::remove_file(&json);
+    ensure!(
+        out.status.success(),
+        "trace + perf lock record: {}",
+        text(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text_json?)?;
+    let script = run(Command::new(perf).args(["script", "-i", data_arg, "-F", "event,trace"]))?;
+    let _ = fs::remove_file(&data);
+    ensure!(script.status.success(), "perf script: {}", text(&script.stderr));
+    let mut perf_ends: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    for line in text(&script.stdout).lines() {
+        let Some(rest) = line.trim().strip_prefix("lock:contention_end:") else {
+            continue;
+        };
+        let Some(addr) = rest
+            .split_whitespace()
+            .next()
+            .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        else {
+            continue;
+        };
+        *perf_ends.entry(addr).or_default() += 1;
+    }
+    let mut compared = 0;
+    for row in report["locks"].as_array().context("no locks")? {
+        if !row["class"].as_str().is_some_and(|c| c.starts_with("pipe-")) {
+            continue;
+        }
+        let addr = row["lock_addr"].as_u64().context("no lock_addr")?;
+        let ours = row["contentions"].as_u64().context("no contentions")?;
+        let theirs = perf_ends.get(&addr).copied().unwrap_or(0);
+        let tolerance = (theirs as f64 * 0.02).ceil() as u64;
+        ensure!(
+            ours.abs_diff(theirs) <= tolerance.max(1),
+            "{addr:#x}: pipelock {ours} vs perf {theirs} contention_end events"
+        );
+        compared += 1;
+    }
+    ensure!(compared > 0, "no pipe lock to compare: {report}");
+    println!("  compared {compared} pipe lock(s) with perf lock record");
     Ok(Outcome::Passed)
 }

@@ -26,10 +26,10 @@ enum Task {
     /// Bootstrap nightly + rust-src + bpf-linker if needed, then build
     /// target/release/pipelock with its eBPF programs embedded.
     Build,
-    /// Build, then run the main job: the self-test of the tracing pipeline
-    /// (as root: `pipelock probe --self-test`).
+    /// Build, then run the main job: the pipe herd of commit 0ddad21d3e99
+    /// traced, with its per-lock report (`pipelock run pipe-herd --trace`).
     Run {
-        /// Extra arguments for pipelock (default: `probe --self-test`).
+        /// Other arguments for pipelock (default: `run pipe-herd --trace`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -103,7 +103,7 @@ fn task(task: Task) -> Result<()> {
         Task::Run { args } => {
             let pipelock = build(&root)?;
             let args = if args.is_empty() {
-                vec!["probe".to_owned(), "--self-test".to_owned()]
+                ["run", "pipe-herd", "--trace"].map(str::to_owned).to_vec()
             } else {
                 args
             };
@@ -166,8 +166,10 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
     // Default members only: pipelock-ebpf builds for the BPF target, not the host.
     run(cargo(root, &tools)?.args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
     run(cargo(root, &tools)?.args(["test", "--release", "--lib", "--bins"]))?;
-    // Last, so its `integration: N passed, N failed, N skipped` line closes the
-    // run: the eBPF object check, the CLI contract and the privileged host tests.
+    // perf is the independent tool the trace counts are checked against.
+    bootstrap::ensure_debian_packages(&[("linux-perf", &|| bootstrap::which("perf").is_some())])?;
+    // The eBPF object check, the CLI contract and the privileged host tests;
+    // prints `integration: N passed, N failed, N skipped`.
     run(cargo(root, &tools)?.args(["test", "--release", "--test", "integration"]))?;
     if no_vm {
         println!("vm-test: 0 passed, 0 failed, 1 skipped (skipped: --no-vm)");

@@ -215,43 +215,12 @@ fn nonce() -> String {
     format!("{:x}{:x}", nanos, std::process::id())
 }
 
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-    })
-}
-
 /// qemu and a static busybox come from Debian's packages.
 fn ensure_host_packages() -> Result<()> {
-    let missing: Vec<&str> = [
-        ("qemu-system-x86_64", "qemu-system-x86"),
-        ("busybox", "busybox-static"),
-    ]
-    .into_iter()
-    .filter(|(binary, _)| match *binary {
-        "busybox" => !Path::new(BUSYBOX).is_file() || !is_static(Path::new(BUSYBOX)),
-        binary => crate::bootstrap::which(binary).is_none(),
-    })
-    .map(|(_, package)| package)
-    .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    ensure!(
-        is_root(),
-        "vm-test needs {} installed: `apt-get install {}`",
-        missing.join(", "),
-        missing.join(" ")
-    );
-    eprintln!("xtask: installing {}", missing.join(" "));
-    crate::run(Command::new("apt-get").arg("update").arg("-qq"))?;
-    crate::run(
-        Command::new("apt-get")
-            .args(["install", "-y", "-qq", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    crate::bootstrap::ensure_debian_packages(&[
+        ("qemu-system-x86", &|| crate::bootstrap::which("qemu-system-x86_64").is_some()),
+        ("busybox-static", &|| Path::new(BUSYBOX).is_file() && is_static(Path::new(BUSYBOX))),
+    ])
 }
 
 /// Whether an ELF64 file runs without a dynamic loader (no PT_INTERP header).
