@@ -56,6 +56,9 @@ pub struct TraceArgs {
     /// Lock classes to record (default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub class: Vec<crate::trace::ClassArg>,
+    /// Show the N locks with the most wait (files get all of them).
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
     /// Write one CSV row per lock (times in ns; unmeasured values empty).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,

@@ -171,7 +171,8 @@ pub fn human_ns(ns: u64) -> String {
     }
 }
 
-pub fn render(report: &TraceReport) -> String {
+/// The report as text; `top` limits the lock rows (totals count them all).
+pub fn render(report: &TraceReport, top: usize) -> String {
     let mut out = format!(
         "pipelock trace: kernel {}, {:.1} s, mode {}\n",
         report.kernel, report.duration_s, report.mode
@@ -201,7 +202,7 @@ pub fn render(report: &TraceReport) -> String {
             "processes",
         ]);
         let na = || "n/a".to_owned();
-        for row in &report.locks {
+        for row in report.locks.iter().take(top) {
             let w = row.wait.as_ref();
             let h = row.hold.as_ref();
             table.add_row(vec![
@@ -223,6 +224,12 @@ pub fn render(report: &TraceReport) -> String {
         }
         out.push_str(&table.to_string());
         out.push('\n');
+        if report.locks.len() > top {
+            out.push_str(&format!(
+                "(+{} more locks with less wait; all are in --csv/--json, or raise --top)\n",
+                report.locks.len() - top
+            ));
+        }
     }
     out.push_str("\nper class:\n");
     for t in &report.totals {
@@ -420,7 +427,11 @@ mod tests {
 
     #[test]
     fn text_says_why_hold_is_missing_and_never_prints_zero_for_it() {
-        let text = render(&sample());
+        let text = render(&sample(), 20);
+        assert!(
+            !render(&sample(), 0).contains("herd(10)"),
+            "--top 0 shows no rows"
+        );
         assert!(
             text.contains("hold times: n/a (needs fentry or kprobe)"),
             "{text}"

@@ -79,7 +79,7 @@ fn run_trace(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     let status = trace::wait_for(args.duration, child, interrupt::flag())?;
     let report = tracer.report()?;
     drop(tracer);
-    print!("{}", lockstats::render(&report));
+    print!("{}", lockstats::render(&report, args.top));
     outputs.write_with(|format| match format {
         Format::Json => serde_json::to_vec_pretty(&report).map_err(io::Error::other),
         Format::Csv => lockstats::to_csv(&report).map_err(io::Error::other),
@@ -114,7 +114,7 @@ fn run_workload(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     print!("{}", report.render(&workload.describe_summary(&report)));
     if let Some(tracer) = tracer {
         println!();
-        print!("{}", lockstats::render(&tracer.report()?));
+        print!("{}", lockstats::render(&tracer.report()?, TRACE_TOP_ROWS));
     }
     if report.interrupted {
         Err(Error::Interrupted)
@@ -153,6 +153,9 @@ fn run_probe(args: &ProbeArgs, ebpf_log: bool) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// Lock rows `run --trace` prints (as `pipelock trace`'s default --top).
+const TRACE_TOP_ROWS: usize = 20;
 
 /// This process's comm (the kernel's 15-byte task name).
 fn own_comm() -> String {

@@ -164,8 +164,10 @@ fn ensure_bpf_linker(tools_dir: &Path) -> Result<()> {
 }
 
 fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")))
+    fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    })
 }
 
 /// A Debian package and how to tell it is installed.
@@ -173,12 +175,20 @@ pub type Package<'a> = (&'a str, &'a dyn Fn() -> bool);
 
 /// Installs the packages whose check fails (as root; otherwise says how).
 pub fn ensure_debian_packages(packages: &[Package<'_>]) -> Result<()> {
-    let missing: Vec<&str> = packages.iter().filter(|(_, present)| !present()).map(|(name, _)| *name).collect();
+    let missing: Vec<&str> = packages
+        .iter()
+        .filter(|(_, present)| !present())
+        .map(|(name, _)| *name)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
     if !is_root() {
-        bail!("{} missing: install with `apt-get install {}`", missing.join(", "), missing.join(" "));
+        bail!(
+            "{} missing: install with `apt-get install {}`",
+            missing.join(", "),
+            missing.join(" ")
+        );
     }
     eprintln!("xtask: installing {}", missing.join(" "));
     crate::run(Command::new("apt-get").arg("update").arg("-qq"))?;

@@ -218,8 +218,12 @@ fn nonce() -> String {
 /// qemu and a static busybox come from Debian's packages.
 fn ensure_host_packages() -> Result<()> {
     crate::bootstrap::ensure_debian_packages(&[
-        ("qemu-system-x86", &|| crate::bootstrap::which("qemu-system-x86_64").is_some()),
-        ("busybox-static", &|| Path::new(BUSYBOX).is_file() && is_static(Path::new(BUSYBOX))),
+        ("qemu-system-x86", &|| {
+            crate::bootstrap::which("qemu-system-x86_64").is_some()
+        }),
+        ("busybox-static", &|| {
+            Path::new(BUSYBOX).is_file() && is_static(Path::new(BUSYBOX))
+        }),
     ])
 }
 
