@@ -21,6 +21,25 @@ pub mod programs {
     pub const PIPE_CONTENTION_END_BTF: &str = "pipe_contention_end_btf";
     pub const PIPE_CONTENTION_BEGIN_TP: &str = "pipe_contention_begin_tp";
     pub const PIPE_CONTENTION_END_TP: &str = "pipe_contention_end_tp";
+
+    /// fentry mode: (program, role) for each hook; the kernel function each
+    /// attaches to is resolved from kallsyms/BTF by userspace.
+    pub const PIPE_READ_ENTRY: &str = "pipe_read_entry";
+    pub const PIPE_READ_EXIT: &str = "pipe_read_exit";
+    pub const PIPE_WRITE_ENTRY: &str = "pipe_write_entry";
+    pub const PIPE_WRITE_EXIT: &str = "pipe_write_exit";
+    pub const MUTEX_LOCK_ENTRY: &str = "mutex_lock_entry";
+    pub const MUTEX_LOCK_EXIT: &str = "mutex_lock_exit";
+    pub const MUTEX_UNLOCK_ENTRY: &str = "mutex_unlock_entry";
+    pub const SPIN_LOCK_IRQSAVE_ENTRY: &str = "spin_lock_irqsave_entry";
+    pub const SPIN_LOCK_IRQSAVE_EXIT: &str = "spin_lock_irqsave_exit";
+    pub const SPIN_UNLOCK_IRQRESTORE_ENTRY: &str = "spin_unlock_irqrestore_entry";
+    pub const SPIN_LOCK_IRQ_ENTRY: &str = "spin_lock_irq_entry";
+    pub const SPIN_LOCK_IRQ_EXIT: &str = "spin_lock_irq_exit";
+    pub const SPIN_UNLOCK_IRQ_ENTRY: &str = "spin_unlock_irq_entry";
+    /// `lock:contention_begin` in fentry mode: marks the task's pending
+    /// acquisition as contended.
+    pub const HOOKED_CONTENTION_BEGIN: &str = "hooked_contention_begin";
 }
 
 /// Map names in the eBPF object (the Rust static names of the maps).
@@ -31,6 +50,8 @@ pub mod maps {
     pub const PENDING: &str = "PENDING";
     /// `PerCpuHashMap<u64 lock address, LockStats>`.
     pub const LOCK_STATS: &str = "LOCK_STATS";
+    /// `HashMap<u32 tid, TaskPipe>`: fentry mode, the pipe a task is reading or writing.
+    pub const TASK_PIPE: &str = "TASK_PIPE";
     /// `HashMap<u64 lock address, LockInfo>`: what the lock belongs to.
     pub const LOCK_INFO: &str = "LOCK_INFO";
     /// `HashMap<LockUser, [u8; 16]>`: processes (and their comm) seen on a lock.
@@ -91,6 +112,8 @@ pub const LCB_F_SPIN: u32 = 0x1;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TraceConfig {
+    /// `kiocb.ki_filp` (fentry mode: the pipe of a pipe_read/pipe_write call).
+    pub kiocb_filp: u32,
     pub task_files: u32,
     pub files_fdt: u32,
     pub fdt_max_fds: u32,
@@ -134,20 +157,52 @@ pub struct Pending {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LockStats {
-    /// Acquisitions that went to the slow path (one per `contention_end`).
+    /// Every acquisition (fentry/kprobe mode only; 0 in tracepoint mode).
+    pub acquisitions: u64,
+    /// Acquisitions that went to the slow path (a `contention_begin` was seen).
     pub contentions: u64,
     /// Of those, the ones that only spun (every begin had `LCB_F_SPIN`).
     pub spin_only: u64,
-    /// Contended time, lock call to acquisition (begin → end), in ns.
+    /// Lock call to acquisition, in ns: every acquisition in fentry/kprobe
+    /// mode, contended ones (begin → end) in tracepoint mode.
     pub wait: Histogram,
+    /// Acquisition to release, in ns (fentry/kprobe mode only).
+    pub hold: Histogram,
 }
 
 impl LockStats {
     pub const EMPTY: Self = Self {
+        acquisitions: 0,
         contentions: 0,
         spin_only: 0,
         wait: Histogram::EMPTY,
+        hold: Histogram::EMPTY,
     };
+}
+
+/// Index of a pipe's locks in [`TaskPipe`]'s arrays.
+pub mod pipe_lock {
+    pub const MUTEX: usize = 0;
+    pub const RD_WAIT: usize = 1;
+    pub const WR_WAIT: usize = 2;
+    pub const COUNT: usize = 3;
+}
+
+/// fentry mode: a task inside pipe_read/pipe_write, and where each of the
+/// pipe's three locks stands for it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskPipe {
+    pub pipe: u64,
+    pub ino: u64,
+    /// When the lock call started (0: not in a lock call).
+    pub wait_start: [u64; pipe_lock::COUNT],
+    /// When the lock was acquired (0: not held by this task).
+    pub hold_start: [u64; pipe_lock::COUNT],
+    /// A `contention_begin` was seen during the current lock call.
+    pub contended: [u32; pipe_lock::COUNT],
+    /// AND of those begins' flags (`LCB_F_SPIN` kept: it only spun).
+    pub flags_and: [u32; pipe_lock::COUNT],
 }
 
 /// What a traced lock belongs to.
@@ -237,6 +292,7 @@ mod user {
     unsafe impl aya::Pod for super::LockStats {}
     unsafe impl aya::Pod for super::LockInfo {}
     unsafe impl aya::Pod for super::LockUser {}
+    unsafe impl aya::Pod for super::TaskPipe {}
 }
 
 #[cfg(test)]

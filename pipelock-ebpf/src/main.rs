@@ -6,6 +6,7 @@
 mod capability;
 mod contention;
 mod pipe_contention;
+mod pipe_hooks;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -21,7 +21,8 @@ use pipelock_common::{
 
 /// Filled in by userspace at load time (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
-static TRACE_CONFIG: TraceConfig = TraceConfig {
+pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
+    kiocb_filp: 0,
     task_files: 0,
     files_fdt: 0,
     fdt_max_fds: 0,
@@ -43,31 +44,31 @@ static TRACE_CONFIG: TraceConfig = TraceConfig {
 };
 
 /// Zeroed template for a lock's first per-CPU entry (too big for the stack).
-static EMPTY_STATS: LockStats = LockStats::EMPTY;
+pub(crate) static EMPTY_STATS: LockStats = LockStats::EMPTY;
 
 #[map]
 static PENDING: HashMap<u32, Pending> = HashMap::with_max_entries(16384, 0);
 #[map]
-static LOCK_STATS: PerCpuHashMap<u64, LockStats> = PerCpuHashMap::with_max_entries(4096, 0);
+pub(crate) static LOCK_STATS: PerCpuHashMap<u64, LockStats> = PerCpuHashMap::with_max_entries(4096, 0);
 #[map]
-static LOCK_INFO: HashMap<u64, LockInfo> = HashMap::with_max_entries(4096, 0);
+pub(crate) static LOCK_INFO: HashMap<u64, LockInfo> = HashMap::with_max_entries(4096, 0);
 #[map]
-static LOCK_USERS: HashMap<LockUser, [u8; 16]> = HashMap::with_max_entries(8192, 0);
+pub(crate) static LOCK_USERS: HashMap<LockUser, [u8; 16]> = HashMap::with_max_entries(8192, 0);
 #[map]
-static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Drop::COUNT, 0);
+pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Drop::COUNT, 0);
 
 const S_IFMT: u16 = 0o170000;
 const S_IFIFO: u16 = 0o010000;
 
 #[inline(always)]
-fn config() -> TraceConfig {
+pub(crate) fn config() -> TraceConfig {
     // SAFETY: a plain global; the volatile read keeps the compiler from
     // folding the zero initialiser userspace overrides.
     unsafe { core::ptr::read_volatile(&TRACE_CONFIG) }
 }
 
 #[inline(always)]
-fn count_drop(reason: Drop) {
+pub(crate) fn count_drop(reason: Drop) {
     if let Some(slot) = DROPS.get_ptr_mut(reason as u32) {
         // SAFETY: this CPU's slot; tracing programs do not preempt each other on a CPU.
         unsafe { *slot += 1 };
@@ -75,7 +76,7 @@ fn count_drop(reason: Drop) {
 }
 
 #[inline(always)]
-fn read<T>(address: u64) -> Option<T> {
+pub(crate) fn read<T>(address: u64) -> Option<T> {
     // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
     unsafe { bpf_probe_read_kernel(address as *const T).ok() }
 }
@@ -169,14 +170,7 @@ fn on_begin(lock: u64, flags: u32) {
         _pad: 0,
     };
     let _ = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64);
-    let user = LockUser { lock, tgid, _pad: 0 };
-    // SAFETY: a lookup; the comm is only fetched for a process not seen yet.
-    if unsafe { LOCK_USERS.get(user) }.is_none() {
-        let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-        if LOCK_USERS.insert(user, comm, BPF_NOEXIST as u64).is_err() {
-            count_drop(Drop::UsersFull);
-        }
-    }
+    note_user(lock, tgid);
 }
 
 #[inline(always)]
@@ -218,15 +212,47 @@ fn on_end(lock: u64) {
         if pending.flags_and & LCB_F_SPIN != 0 {
             (*stats).spin_only += 1;
         }
-        let wait_stats = &mut (*stats).wait;
-        wait_stats.count += 1;
-        wait_stats.total_ns += wait;
-        if wait > wait_stats.max_ns {
-            wait_stats.max_ns = wait;
-        }
-        let bucket = hist_bucket(wait);
-        if let Some(slot) = wait_stats.buckets.get_mut(bucket) {
-            *slot += 1;
+        record(&mut (*stats).wait, wait);
+    }
+}
+
+/// This CPU's statistics of `lock`, created empty on first use.
+#[inline(always)]
+pub(crate) fn stats_of(lock: u64) -> Option<*mut LockStats> {
+    if let Some(stats) = LOCK_STATS.get_ptr_mut(lock) {
+        return Some(stats);
+    }
+    // Another CPU may insert it meanwhile; only a full map is a drop.
+    let _ = LOCK_STATS.insert(&lock, &EMPTY_STATS, BPF_NOEXIST as u64);
+    let stats = LOCK_STATS.get_ptr_mut(lock);
+    if stats.is_none() {
+        count_drop(Drop::StatsFull);
+    }
+    stats
+}
+
+/// Adds one duration to a histogram (a per-CPU value: no atomics needed).
+#[inline(always)]
+pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
+    hist.count += 1;
+    hist.total_ns += ns;
+    if ns > hist.max_ns {
+        hist.max_ns = ns;
+    }
+    if let Some(slot) = hist.buckets.get_mut(hist_bucket(ns)) {
+        *slot += 1;
+    }
+}
+
+/// Records the process on `lock` once (it shows in the report's processes).
+#[inline(always)]
+pub(crate) fn note_user(lock: u64, tgid: u32) {
+    let user = LockUser { lock, tgid, _pad: 0 };
+    // SAFETY: a lookup; the comm is only fetched for a process not seen yet.
+    if unsafe { LOCK_USERS.get(user) }.is_none() {
+        let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        if LOCK_USERS.insert(user, comm, BPF_NOEXIST as u64).is_err() {
+            count_drop(Drop::UsersFull);
         }
     }
 }

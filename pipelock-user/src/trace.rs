@@ -1,11 +1,12 @@
 //! `pipelock trace`: attach the pipe lock programs, let the load run, read
 //! and merge the maps into a [`TraceReport`].
 //!
-//! This version implements the tracepoint mode (wait of contended
-//! acquisitions, from `lock:contention_begin/end`), which works on every
-//! kernel since 5.19 including ones without kprobes or fentry. The fentry and
-//! kprobe modes, which add hold times and uncontended acquisitions, are not
-//! implemented yet: asking for them is an error, never a silent fallback.
+//! Two modes are implemented: fentry/fexit (every acquisition of a pipe's
+//! mutex and wait-queue spinlocks, wait and hold) and the tracepoint mode
+//! (wait of contended acquisitions, from `lock:contention_begin/end`), which
+//! works on every kernel since 5.19, including ones without kprobes or fentry.
+//! `auto` tries fentry and falls back to the tracepoints, saying why. The
+//! kprobe mode is not implemented yet: asking for it is an error.
 use std::{
     collections::{BTreeMap, HashMap},
     time::{Duration, Instant},
@@ -31,9 +32,9 @@ use crate::{
 /// `--mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModeArg {
-    /// The best mode that works here (this version: tracepoint).
+    /// fentry if it works here, else the contention tracepoints.
     Auto,
-    /// fentry/fexit: wait and hold (not implemented yet).
+    /// fentry/fexit: every acquisition, wait and hold.
     Fentry,
     /// kprobe/kretprobe: wait and hold (not implemented yet).
     Kprobe,
@@ -83,6 +84,7 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         filters.classes.clone()
     };
     Ok(TraceConfig {
+        kiocb_filp: off("kiocb", "ki_filp")?,
         task_files: off("task_struct", "files")?,
         files_fdt: off("files_struct", "fdt")?,
         fdt_max_fds: off("fdtable", "max_fds")?,
@@ -104,26 +106,89 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
     })
 }
 
+/// The mode a tracer ended up with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attached {
+    Fentry,
+    /// With the reason fentry was not used, when `auto` fell back.
+    Tracepoint {
+        kind: TracepointKind,
+        fallback: Option<String>,
+    },
+}
+
 /// Attached programs; dropping it detaches them.
 pub struct Tracer {
     ebpf: Ebpf,
-    kind: TracepointKind,
+    attached: Attached,
     started: Instant,
     comm_filter: Option<String>,
 }
 
+/// fentry hooks: (role, candidates, entry program, exit program, required).
+type FentryHook = (crate::attach::Hook, &'static str, Option<&'static str>, bool);
+
+const FENTRY_HOOKS: [FentryHook; 8] = {
+    use crate::attach::{
+        MUTEX_LOCK, MUTEX_UNLOCK, PIPE_READ, PIPE_WRITE, SPIN_LOCK_IRQSAVE, SPIN_UNLOCK_IRQRESTORE,
+    };
+    const SPIN_LOCK_IRQ: crate::attach::Hook = crate::attach::Hook {
+        role: "spinlock irq",
+        candidates: &["_raw_spin_lock_irq"],
+    };
+    const SPIN_UNLOCK_IRQ: crate::attach::Hook = crate::attach::Hook {
+        role: "spinlock unlock irq",
+        candidates: &["_raw_spin_unlock_irq"],
+    };
+    [
+        (
+            PIPE_READ,
+            programs::PIPE_READ_ENTRY,
+            Some(programs::PIPE_READ_EXIT),
+            true,
+        ),
+        (
+            PIPE_WRITE,
+            programs::PIPE_WRITE_ENTRY,
+            Some(programs::PIPE_WRITE_EXIT),
+            true,
+        ),
+        (
+            MUTEX_LOCK,
+            programs::MUTEX_LOCK_ENTRY,
+            Some(programs::MUTEX_LOCK_EXIT),
+            true,
+        ),
+        (MUTEX_UNLOCK, programs::MUTEX_UNLOCK_ENTRY, None, true),
+        (
+            SPIN_LOCK_IRQSAVE,
+            programs::SPIN_LOCK_IRQSAVE_ENTRY,
+            Some(programs::SPIN_LOCK_IRQSAVE_EXIT),
+            true,
+        ),
+        (
+            SPIN_UNLOCK_IRQRESTORE,
+            programs::SPIN_UNLOCK_IRQRESTORE_ENTRY,
+            None,
+            true,
+        ),
+        // 6.1 takes rd_wait.lock with spin_lock_irq around head/tail updates.
+        (
+            SPIN_LOCK_IRQ,
+            programs::SPIN_LOCK_IRQ_ENTRY,
+            Some(programs::SPIN_LOCK_IRQ_EXIT),
+            false,
+        ),
+        (SPIN_UNLOCK_IRQ, programs::SPIN_UNLOCK_IRQ_ENTRY, None, false),
+    ]
+};
+
 impl Tracer {
     pub fn attach(mode: ModeArg, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
-        if matches!(mode, ModeArg::Fentry | ModeArg::Kprobe) {
-            return Err(Error::Usage(format!(
-                "--mode {}: not implemented yet; this version traces with the contention \
-                 tracepoints only (--mode tracepoint or auto)",
-                if mode == ModeArg::Fentry {
-                    "fentry"
-                } else {
-                    "kprobe"
-                }
-            )));
+        if mode == ModeArg::Kprobe {
+            return Err(Error::Usage(
+                "--mode kprobe: not implemented yet; use --mode fentry, tracepoint or auto".to_owned(),
+            ));
         }
         crate::privilege::require()?;
         let inspector = KernelInspector::live();
@@ -139,17 +204,51 @@ impl Tracer {
         if ebpf_log && let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {
             log::warn!("eBPF logging unavailable: {}", one_line(&err));
         }
-        let kind = attach_contention(&mut ebpf)?;
+        let attached = match mode {
+            ModeArg::Tracepoint => Attached::Tracepoint {
+                kind: attach_contention(&mut ebpf)?,
+                fallback: None,
+            },
+            ModeArg::Fentry => {
+                attach_fentry(&mut ebpf, &inspector, &btf)?;
+                Attached::Fentry
+            }
+            _ => match attach_fentry(&mut ebpf, &inspector, &btf) {
+                Ok(()) => Attached::Fentry,
+                Err(err) => {
+                    // Dropping the object detaches whatever fentry hooks did attach.
+                    drop(ebpf);
+                    ebpf = EbpfLoader::new()
+                        .override_global(TRACE_CONFIG_GLOBAL, &config, true)
+                        .load(crate::ebpf::OBJECT)
+                        .map_err(|source| Error::Load { source })?;
+                    let kind = attach_contention(&mut ebpf)?;
+                    Attached::Tracepoint {
+                        kind,
+                        fallback: Some(one_line(&err)),
+                    }
+                }
+            },
+        };
         Ok(Self {
             ebpf,
-            kind,
+            attached,
             started: Instant::now(),
             comm_filter: filters.comm.clone(),
         })
     }
 
     pub fn mode(&self) -> String {
-        format!("tracepoint ({})", self.kind)
+        match &self.attached {
+            Attached::Fentry => "fentry".to_owned(),
+            Attached::Tracepoint { kind, fallback: None } => format!("tracepoint ({kind})"),
+            Attached::Tracepoint {
+                kind,
+                fallback: Some(why),
+            } => {
+                format!("tracepoint ({kind}; fentry unavailable: {why})")
+            }
+        }
     }
 
     /// Reads and merges the maps into a report.
@@ -185,13 +284,22 @@ impl Tracer {
             let (lock, per_cpu) = entry.map_err(map_err(maps::LOCK_STATS))?;
             let mut merged = LockStats::EMPTY;
             for cpu in per_cpu.iter() {
+                merged.acquisitions += cpu.acquisitions;
                 merged.contentions += cpu.contentions;
                 merged.spin_only += cpu.spin_only;
                 lockstats::merge(&mut merged.wait, &cpu.wait);
+                lockstats::merge(&mut merged.hold, &cpu.hold);
             }
+            let hooked = self.attached == Attached::Fentry;
             let lock_info = info.get(&lock, 0).ok();
-            let mut users = comms.remove(&lock).unwrap_or_default();
+            // fentry mode notes processes once per pipe (at its mutex address);
+            // every lock of that pipe shares them.
+            let mut users = comms.get(&lock).cloned().unwrap_or_default();
+            if let Some(pipe) = lock_info.map(|i| i.pipe).filter(|p| *p != lock) {
+                users.extend(comms.get(&pipe).cloned().unwrap_or_default());
+            }
             users.sort();
+            users.dedup();
             if let Some(wanted) = &self.comm_filter
                 && !users.iter().any(|(_, comm)| comm == wanted)
             {
@@ -212,11 +320,15 @@ impl Tracer {
                 name,
                 comms: users.iter().map(|(pid, comm)| format!("{comm}({pid})")).collect(),
                 mode: self.mode(),
-                acquisitions: None,
+                acquisitions: hooked.then_some(merged.acquisitions),
                 contentions: merged.contentions,
                 spin_only: merged.spin_only,
                 wait: Timing::from_hist(&merged.wait),
-                hold: None,
+                hold: if hooked {
+                    Timing::from_hist(&merged.hold)
+                } else {
+                    None
+                },
             });
         }
         rows.sort_by(|a, b| {
@@ -237,12 +349,15 @@ impl Tracer {
             dropped.insert(name.to_owned(), per_cpu.iter().sum());
         }
         Ok(TraceReport {
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned(),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
             mode: self.mode(),
-            hold_unavailable_reason: Some(
+            hold_unavailable_reason: (self.attached != Attached::Fentry).then(|| {
                 "the contention tracepoints only see contended acquisitions; hold time needs fentry or kprobe"
-                    .to_owned(),
-            ),
+                    .to_owned()
+            }),
             duration_s: self.started.elapsed().as_secs_f64(),
             totals: TraceReport::totals(&rows),
             locks: rows,
@@ -250,6 +365,53 @@ impl Tracer {
             percentile_resolution: PERCENTILE_RESOLUTION,
         })
     }
+}
+
+/// Attaches every fentry/fexit hook to the function its role resolves to on
+/// this kernel (kallsyms + BTF), and the contention marker.
+fn attach_fentry(ebpf: &mut Ebpf, inspector: &KernelInspector, kernel_btf: &KernelBtf) -> Result<(), Error> {
+    let kallsyms = inspector.kallsyms()?;
+    let btf = Btf::from_sys_fs().map_err(|source| Error::Load {
+        source: source.into(),
+    })?;
+    let fail = |action, program: &str| {
+        let program = program.to_owned();
+        move |source| Error::Program {
+            action,
+            program,
+            source,
+        }
+    };
+    for (hook, entry, exit, required) in FENTRY_HOOKS {
+        let target = hook
+            .candidates
+            .iter()
+            .copied()
+            .find(|f| kallsyms.has_function(f) && kernel_btf.has_function(f));
+        let Some(target) = target else {
+            if required {
+                return Err(Error::Usage(format!(
+                    "no traceable {} function ({:?})",
+                    hook.role, hook.candidates
+                )));
+            }
+            continue;
+        };
+        let prog: &mut aya::programs::FEntry = crate::ebpf::program_mut(ebpf, entry)?;
+        prog.load(target, &btf).map_err(fail("load", entry))?;
+        prog.attach().map_err(fail("attach", entry))?;
+        if let Some(exit) = exit {
+            let prog: &mut aya::programs::FExit = crate::ebpf::program_mut(ebpf, exit)?;
+            prog.load(target, &btf).map_err(fail("load", exit))?;
+            prog.attach().map_err(fail("attach", exit))?;
+        }
+    }
+    let prog: &mut BtfTracePoint = crate::ebpf::program_mut(ebpf, programs::HOOKED_CONTENTION_BEGIN)?;
+    prog.load("contention_begin", &btf)
+        .map_err(fail("load", programs::HOOKED_CONTENTION_BEGIN))?;
+    prog.attach()
+        .map_err(fail("attach", programs::HOOKED_CONTENTION_BEGIN))?;
+    Ok(())
 }
 
 /// tp_btf first (typed arguments, cheaper), the classic tracepoint otherwise.

@@ -58,6 +58,8 @@ const TESTS: &[Test] = tests![
     Kernel trace_of_an_unshared_pipe_has_no_pipe_rows,
     Host unimplemented_trace_modes_are_refused,
     Host trace_counts_agree_with_perf_lock,
+    Kernel fentry_counts_every_pipe_mutex_acquisition,
+    Kernel fentry_times_wait_queue_locks_of_a_herd,
 ];
 
 /// Set by the VM's init (`cargo xtask vm-test`).
@@ -65,7 +67,52 @@ fn in_vm() -> bool {
     std::env::var_os("PIPELOCK_IN_VM").is_some()
 }
 
+/// Helper mode for the exact-count tests: `integration --exact-pipe-io N FILE`
+/// writes its pipe's inode number to FILE, then does exactly N writes and N
+/// reads of 512 bytes on that pipe, from one thread.
+fn exact_pipe_io(args: &[String]) -> ! {
+    let run = || -> Result<()> {
+        let n: u64 = args.first().context("N")?.parse()?;
+        let mut fds = [0; 2];
+        // SAFETY: pipe fills two descriptors.
+        ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe failed");
+        // SAFETY: fstat on a descriptor we own.
+        let ino = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            ensure!(libc::fstat(fds[0], &mut st) == 0, "fstat failed");
+            st.st_ino
+        };
+        fs::write(args.get(1).context("FILE")?, ino.to_string())?;
+        let mut buf = [0u8; 512];
+        for _ in 0..n {
+            // SAFETY: 512-byte buffer, descriptors we own.
+            unsafe {
+                ensure!(
+                    libc::write(fds[1], buf.as_ptr().cast(), 512) == 512,
+                    "write failed"
+                );
+                ensure!(
+                    libc::read(fds[0], buf.as_mut_ptr().cast(), 512) == 512,
+                    "read failed"
+                );
+            }
+        }
+        Ok(())
+    };
+    std::process::exit(match run() {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("exact-pipe-io: {err:#}");
+            1
+        }
+    })
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|a| a == "--exact-pipe-io") {
+        exact_pipe_io(&args[2..]);
+    }
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for (name, scope, test) in TESTS {
@@ -914,7 +961,7 @@ fn trace_of_an_unshared_pipe_has_no_pipe_rows() -> Result<Outcome> {
 }
 
 fn unimplemented_trace_modes_are_refused() -> Result<Outcome> {
-    for mode in ["fentry", "kprobe"] {
+    for mode in ["kprobe"] {
         let out = run(pipelock().args(["trace", "--mode", mode, "--duration", "1"]))?;
         let stderr = text(&out.stderr);
         ensure!(out.status.code() == Some(1), "--mode {mode}: exit {}", out.status);
@@ -996,5 +1043,160 @@ fn trace_counts_agree_with_perf_lock() -> Result<Outcome> {
     }
     ensure!(compared > 0, "no pipe lock to compare: {report}");
     println!("  compared {compared} pipe lock(s) with perf lock record");
+    Ok(Outcome::Passed)
+}
+
+/// Whether `pipelock probe` says fentry works here; the reason if not.
+fn fentry_refusal() -> Result<Option<String>> {
+    let out = run(pipelock().arg("probe"))?;
+    ensure!(out.status.success(), "probe: {}", text(&out.stderr));
+    let report = text(&out.stdout);
+    let fentry = field(&report, "fentry")?;
+    Ok((fentry != "yes").then(|| format!("fentry does not work on this kernel ({fentry})")))
+}
+
+fn pipe_rows<'a>(report: &'a serde_json::Value, ino: u64) -> Vec<&'a serde_json::Value> {
+    report["locks"]
+        .as_array()
+        .map(|locks| {
+            locks
+                .iter()
+                .filter(|l| l["pipe_ino"].as_u64() == Some(ino))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One thread, exactly N writes and N reads of 512 bytes on one pipe: the
+/// pipe mutex is taken exactly 2N times (once per call: the pipe never fills
+/// or empties under a waiting peer, so no call sleeps and retakes it).
+fn fentry_counts_every_pipe_mutex_acquisition() -> Result<Outcome> {
+    if !is_root() {
+        return Ok(Outcome::Skipped("needs root".into()));
+    }
+    if pipelock_user::ebpf::OBJECT.is_empty() {
+        return Ok(Outcome::Skipped(stub_reason()));
+    }
+    if let Some(why) = fentry_refusal()? {
+        return Ok(Outcome::Skipped(why));
+    }
+    const N: u64 = 1000;
+    let (json, ino_file) = (scratch("exact.json"), scratch("exact.ino"));
+    let helper = std::env::current_exe()?;
+    let out = run(pipelock()
+        .args(["trace", "--mode", "fentry", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(&helper)
+        .args(["--exact-pipe-io", &N.to_string()])
+        .arg(&ino_file))?;
+    let report = fs::read_to_string(&json);
+    let ino = fs::read_to_string(&ino_file);
+    let _ = (fs::remove_file(&json), fs::remove_file(&ino_file));
+    ensure!(out.status.success(), "trace: {}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(&report?)?;
+    let ino: u64 = ino?.trim().parse()?;
+    ensure!(report["mode"] == "fentry", "mode {}", report["mode"]);
+    let rows = pipe_rows(&report, ino);
+    let mutex = rows
+        .iter()
+        .find(|r| r["class"] == "pipe-mutex")
+        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {report}"))?;
+    ensure!(
+        mutex["acquisitions"] == 2 * N,
+        "pipe mutex acquired {} times, want exactly {}",
+        mutex["acquisitions"],
+        2 * N
+    );
+    ensure!(
+        mutex["wait"]["count"] == 2 * N,
+        "wait recorded {} times",
+        mutex["wait"]["count"]
+    );
+    ensure!(
+        mutex["hold"]["count"] == 2 * N,
+        "hold recorded {} times (one per write, one per read)",
+        mutex["hold"]["count"]
+    );
+    ensure!(
+        mutex["contentions"] == 0,
+        "one thread contended with itself: {}",
+        mutex["contentions"]
+    );
+    ensure!(
+        mutex["hold"]["total_ns"].as_u64().unwrap_or(0) > 0,
+        "zero hold time"
+    );
+    // Every write to an empty pipe wakes readers through rd_wait.lock.
+    let rd = rows
+        .iter()
+        .find(|r| r["class"] == "pipe-rd-wait")
+        .context("no pipe-rd-wait row")?;
+    ensure!(
+        rd["acquisitions"].as_u64().unwrap_or(0) >= N,
+        "rd_wait.lock acquired {} times, want ≥ {N}",
+        rd["acquisitions"]
+    );
+    ensure!(
+        rd["hold"]["count"] == rd["acquisitions"],
+        "every rd_wait.lock acquisition needs a hold: {rd}"
+    );
+    println!(
+        "  pipe:[{ino}]: mutex {} acquisitions, rd_wait.lock {}",
+        mutex["acquisitions"], rd["acquisitions"]
+    );
+    Ok(Outcome::Passed)
+}
+
+fn fentry_times_wait_queue_locks_of_a_herd() -> Result<Outcome> {
+    if !is_root() {
+        return Ok(Outcome::Skipped("needs root".into()));
+    }
+    if pipelock_user::ebpf::OBJECT.is_empty() {
+        return Ok(Outcome::Skipped(stub_reason()));
+    }
+    if let Some(why) = fentry_refusal()? {
+        return Ok(Outcome::Skipped(why));
+    }
+    let report = match trace_json(
+        &["--mode", "fentry"],
+        &["run", "pipe-herd", "-k", "3", "--limit", "20000", "-q"],
+    )? {
+        Ok(report) => report,
+        Err(skip) => return Ok(skip),
+    };
+    let locks = report["locks"].as_array().context("no locks")?;
+    let class_row = |class: &str| {
+        locks
+            .iter()
+            .filter(|l| l["class"] == class)
+            .max_by_key(|l| l["acquisitions"].as_u64().unwrap_or(0))
+    };
+    let mutex = class_row("pipe-mutex").context("no pipe-mutex row")?;
+    let rd = class_row("pipe-rd-wait").context("no pipe-rd-wait row")?;
+    ensure!(
+        mutex["pipe_ino"] == rd["pipe_ino"],
+        "mutex and rd_wait rows name different pipes"
+    );
+    // 8 processes pass 20000 tokens: at least one read and one write each.
+    ensure!(
+        mutex["acquisitions"].as_u64().unwrap_or(0) >= 40_000,
+        "mutex acquisitions {}",
+        mutex["acquisitions"]
+    );
+    for row in [mutex, rd] {
+        ensure!(
+            row["hold"]["count"].as_u64().unwrap_or(0) > 0,
+            "no hold time: {row}"
+        );
+        ensure!(
+            row["wait"]["count"] == row["acquisitions"],
+            "wait count != acquisitions: {row}"
+        );
+    }
+    println!(
+        "  herd: mutex {} acquisitions ({} contended), rd_wait.lock {} acquisitions",
+        mutex["acquisitions"], mutex["contentions"], rd["acquisitions"]
+    );
     Ok(Outcome::Passed)
 }

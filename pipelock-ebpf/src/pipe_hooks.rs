@@ -1,0 +1,254 @@
+//! fentry mode: every acquisition of a pipe's mutex and wait-queue spinlocks,
+//! with wait (lock call → acquired) and hold (acquired → unlock) times.
+//!
+//! pipe_read/pipe_write (or anon_pipe_*) entry records, per task, the pipe
+//! the task works on; the lock and unlock hooks, which fire for every mutex
+//! and spinlock in the system, do one hash lookup by thread id and compare
+//! the lock address with that pipe's three locks before touching anything
+//! else. A read/write that sleeps drops and retakes the mutex: each
+//! lock/unlock pair is its own hold.
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, fentry, fexit, map},
+    maps::HashMap,
+    programs::{BtfTracePointContext, FEntryContext, FExitContext},
+};
+use pipelock_common::{LCB_F_SPIN, LockInfo, TaskPipe, class, pipe_lock};
+
+use crate::pipe_contention::{LOCK_INFO, config, note_user, read, record, stats_of};
+
+#[map]
+static TASK_PIPE: HashMap<u32, TaskPipe> = HashMap::with_max_entries(16384, 0);
+
+const CLASSES: [u32; pipe_lock::COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
+
+#[inline(always)]
+fn tid() -> u32 {
+    bpf_get_current_pid_tgid() as u32
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// pipe_read/pipe_write(struct kiocb *iocb, …): remember the task's pipe.
+#[inline(always)]
+fn enter_pipe_call(kiocb: u64) {
+    let cfg = config();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
+        return;
+    }
+    let Some(file) = read::<u64>(kiocb + cfg.kiocb_filp as u64) else {
+        return;
+    };
+    let Some(pipe) = read::<u64>(file + cfg.file_private_data as u64) else {
+        return;
+    };
+    let ino = read::<u64>(file + cfg.file_inode as u64)
+        .and_then(|inode| read::<u64>(inode + cfg.inode_ino as u64))
+        .unwrap_or(0);
+    let state = TaskPipe {
+        pipe,
+        ino,
+        ..TaskPipe::default()
+    };
+    if TASK_PIPE.insert(pid_tgid as u32, state, 0).is_err() {
+        crate::pipe_contention::count_drop(pipelock_common::Drop::PendingFull);
+        return;
+    }
+    note_user(pipe, tgid);
+}
+
+#[inline(always)]
+fn leave_pipe_call() {
+    let _ = TASK_PIPE.remove(tid());
+}
+
+/// Which of the task's pipe locks `lock` is, if any.
+#[inline(always)]
+fn which_lock(state: &TaskPipe, lock: u64) -> Option<usize> {
+    let cfg = config();
+    if lock == state.pipe {
+        Some(pipe_lock::MUTEX)
+    } else if lock == state.pipe + cfg.pipe_rd_wait_lock as u64 {
+        Some(pipe_lock::RD_WAIT)
+    } else if lock == state.pipe + cfg.pipe_wr_wait_lock as u64 {
+        Some(pipe_lock::WR_WAIT)
+    } else {
+        None
+    }
+}
+
+#[inline(always)]
+fn lock_call(lock: u64) {
+    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+        return;
+    };
+    // SAFETY: this task's own entry; no other task writes it.
+    let state = unsafe { &mut *state };
+    if let Some(index) = which_lock(state, lock) {
+        state.wait_start[index] = now();
+        state.contended[index] = 0;
+        state.flags_and[index] = u32::MAX;
+    }
+}
+
+#[inline(always)]
+fn acquired(lock: u64) {
+    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+        return;
+    };
+    // SAFETY: as in lock_call.
+    let state = unsafe { &mut *state };
+    let Some(index) = which_lock(state, lock) else {
+        return;
+    };
+    let start = state.wait_start[index];
+    if start == 0 || config().class_mask & (1 << CLASSES[index]) == 0 {
+        return;
+    }
+    let at = now();
+    state.wait_start[index] = 0;
+    state.hold_start[index] = at;
+    let Some(stats) = stats_of(lock) else { return };
+    let info = LockInfo {
+        pipe: state.pipe,
+        ino: state.ino,
+        class: CLASSES[index],
+        _pad: 0,
+    };
+    let _ = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64);
+    // SAFETY: this CPU's copy of the value.
+    unsafe {
+        (*stats).acquisitions += 1;
+        if state.contended[index] != 0 {
+            (*stats).contentions += 1;
+            if state.flags_and[index] & LCB_F_SPIN != 0 {
+                (*stats).spin_only += 1;
+            }
+        }
+        record(&mut (*stats).wait, at - start);
+    }
+}
+
+#[inline(always)]
+fn released(lock: u64) {
+    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+        return;
+    };
+    // SAFETY: as in lock_call.
+    let state = unsafe { &mut *state };
+    let Some(index) = which_lock(state, lock) else {
+        return;
+    };
+    let start = state.hold_start[index];
+    if start == 0 {
+        return;
+    }
+    state.hold_start[index] = 0;
+    let Some(stats) = stats_of(lock) else { return };
+    // SAFETY: this CPU's copy of the value.
+    unsafe { record(&mut (*stats).hold, now() - start) };
+}
+
+#[fentry]
+pub fn pipe_read_entry(ctx: FEntryContext) -> i32 {
+    enter_pipe_call(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn pipe_read_exit(_ctx: FExitContext) -> i32 {
+    leave_pipe_call();
+    0
+}
+
+#[fentry]
+pub fn pipe_write_entry(ctx: FEntryContext) -> i32 {
+    enter_pipe_call(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn pipe_write_exit(_ctx: FExitContext) -> i32 {
+    leave_pipe_call();
+    0
+}
+
+#[fentry]
+pub fn mutex_lock_entry(ctx: FEntryContext) -> i32 {
+    lock_call(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn mutex_lock_exit(ctx: FExitContext) -> i32 {
+    acquired(ctx.arg(0));
+    0
+}
+
+#[fentry]
+pub fn mutex_unlock_entry(ctx: FEntryContext) -> i32 {
+    released(ctx.arg(0));
+    0
+}
+
+#[fentry]
+pub fn spin_lock_irqsave_entry(ctx: FEntryContext) -> i32 {
+    lock_call(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn spin_lock_irqsave_exit(ctx: FExitContext) -> i32 {
+    acquired(ctx.arg(0));
+    0
+}
+
+#[fentry]
+pub fn spin_unlock_irqrestore_entry(ctx: FEntryContext) -> i32 {
+    released(ctx.arg(0));
+    0
+}
+
+#[fentry]
+pub fn spin_lock_irq_entry(ctx: FEntryContext) -> i32 {
+    lock_call(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn spin_lock_irq_exit(ctx: FExitContext) -> i32 {
+    acquired(ctx.arg(0));
+    0
+}
+
+#[fentry]
+pub fn spin_unlock_irq_entry(ctx: FEntryContext) -> i32 {
+    released(ctx.arg(0));
+    0
+}
+
+/// Marks the task's pending acquisition of one of its pipe's locks as
+/// contended (the slow path emits this; the fast path does not).
+#[btf_tracepoint(function = "contention_begin")]
+pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
+    let (lock, flags): (u64, u32) = (ctx.arg(0), ctx.arg(1));
+    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+        return 0;
+    };
+    // SAFETY: as in lock_call.
+    let state = unsafe { &mut *state };
+    if let Some(index) = which_lock(state, lock)
+        && state.wait_start[index] != 0
+    {
+        state.contended[index] = 1;
+        state.flags_and[index] &= flags;
+    }
+    0
+}
