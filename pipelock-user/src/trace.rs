@@ -125,61 +125,63 @@ pub struct Tracer {
     comm_filter: Option<String>,
 }
 
-/// fentry hooks: (role, candidates, entry program, exit program, required).
-type FentryHook = (crate::attach::Hook, &'static str, Option<&'static str>, bool);
+/// One fentry-mode hook: the programs to attach to the function `hook`
+/// resolves to here. A hook that is not `required` is skipped where the
+/// kernel lacks the function.
+struct FentryHook {
+    hook: crate::attach::Hook,
+    entry: &'static str,
+    exit: Option<&'static str>,
+    required: bool,
+}
+
+const fn hook(
+    hook: crate::attach::Hook,
+    entry: &'static str,
+    exit: Option<&'static str>,
+    required: bool,
+) -> FentryHook {
+    FentryHook {
+        hook,
+        entry,
+        exit,
+        required,
+    }
+}
 
 const FENTRY_HOOKS: [FentryHook; 8] = {
     use crate::attach::{
-        MUTEX_LOCK, MUTEX_UNLOCK, PIPE_READ, PIPE_WRITE, SPIN_LOCK_IRQSAVE, SPIN_UNLOCK_IRQRESTORE,
+        Hook, MUTEX_LOCK, MUTEX_UNLOCK, PIPE_READ, PIPE_WRITE, SPIN_LOCK_IRQSAVE, SPIN_UNLOCK_IRQRESTORE,
     };
-    const SPIN_LOCK_IRQ: crate::attach::Hook = crate::attach::Hook {
+    use programs::*;
+    // 6.1 also takes rd_wait.lock with spin_lock_irq around head/tail updates.
+    const SPIN_LOCK_IRQ: Hook = Hook {
         role: "spinlock irq",
         candidates: &["_raw_spin_lock_irq"],
     };
-    const SPIN_UNLOCK_IRQ: crate::attach::Hook = crate::attach::Hook {
+    const SPIN_UNLOCK_IRQ: Hook = Hook {
         role: "spinlock unlock irq",
         candidates: &["_raw_spin_unlock_irq"],
     };
     [
-        (
-            PIPE_READ,
-            programs::PIPE_READ_ENTRY,
-            Some(programs::PIPE_READ_EXIT),
-            true,
-        ),
-        (
-            PIPE_WRITE,
-            programs::PIPE_WRITE_ENTRY,
-            Some(programs::PIPE_WRITE_EXIT),
-            true,
-        ),
-        (
-            MUTEX_LOCK,
-            programs::MUTEX_LOCK_ENTRY,
-            Some(programs::MUTEX_LOCK_EXIT),
-            true,
-        ),
-        (MUTEX_UNLOCK, programs::MUTEX_UNLOCK_ENTRY, None, true),
-        (
+        hook(PIPE_READ, PIPE_READ_ENTRY, Some(PIPE_READ_EXIT), true),
+        hook(PIPE_WRITE, PIPE_WRITE_ENTRY, Some(PIPE_WRITE_EXIT), true),
+        hook(MUTEX_LOCK, MUTEX_LOCK_ENTRY, Some(MUTEX_LOCK_EXIT), true),
+        hook(MUTEX_UNLOCK, MUTEX_UNLOCK_ENTRY, None, true),
+        hook(
             SPIN_LOCK_IRQSAVE,
-            programs::SPIN_LOCK_IRQSAVE_ENTRY,
-            Some(programs::SPIN_LOCK_IRQSAVE_EXIT),
+            SPIN_LOCK_IRQSAVE_ENTRY,
+            Some(SPIN_LOCK_IRQSAVE_EXIT),
             true,
         ),
-        (
-            SPIN_UNLOCK_IRQRESTORE,
-            programs::SPIN_UNLOCK_IRQRESTORE_ENTRY,
-            None,
-            true,
-        ),
-        // 6.1 takes rd_wait.lock with spin_lock_irq around head/tail updates.
-        (
+        hook(SPIN_UNLOCK_IRQRESTORE, SPIN_UNLOCK_IRQRESTORE_ENTRY, None, true),
+        hook(
             SPIN_LOCK_IRQ,
-            programs::SPIN_LOCK_IRQ_ENTRY,
-            Some(programs::SPIN_LOCK_IRQ_EXIT),
+            SPIN_LOCK_IRQ_ENTRY,
+            Some(SPIN_LOCK_IRQ_EXIT),
             false,
         ),
-        (SPIN_UNLOCK_IRQ, programs::SPIN_UNLOCK_IRQ_ENTRY, None, false),
+        hook(SPIN_UNLOCK_IRQ, SPIN_UNLOCK_IRQ_ENTRY, None, false),
     ]
 };
 
@@ -382,7 +384,13 @@ fn attach_fentry(ebpf: &mut Ebpf, inspector: &KernelInspector, kernel_btf: &Kern
             source,
         }
     };
-    for (hook, entry, exit, required) in FENTRY_HOOKS {
+    for FentryHook {
+        hook,
+        entry,
+        exit,
+        required,
+    } in FENTRY_HOOKS
+    {
         let target = hook
             .candidates
             .iter()

@@ -39,14 +39,12 @@ macro_rules! tests {
 
 const TESTS: &[Test] = tests![
     Host ebpf_object_is_complete,
-    Host unknown_subcommand_exits_2,
-    Host bad_duration_exits_2,
     Host fixture_kernels_report_their_facts,
     Host pipe_throughput_scores_like_unixbench,
     Host pipe_herd_reaches_its_limit,
     Host pipe_stream_moves_exactly_the_bytes_asked,
     Host lockref_stat_counts_every_worker,
-    Host workload_bad_input_is_one_clear_line,
+    Host bad_input_is_one_clear_line,
     Host interrupted_herd_leaves_no_process_and_a_report,
     Host compare_and_csv_read_back,
     Kernel unprivileged_caller_is_refused,
@@ -230,28 +228,6 @@ fn ebpf_object_is_complete() -> Result<Outcome> {
     ensure!(
         obj.btf.is_some(),
         "object carries no BTF (needed for tp_btf/fentry programs)"
-    );
-    Ok(Outcome::Passed)
-}
-
-fn unknown_subcommand_exits_2() -> Result<Outcome> {
-    let out = run(pipelock().arg("frobnicate"))?;
-    ensure!(out.status.code() == Some(2), "exit {} (want 2)", out.status);
-    ensure!(
-        text(&out.stderr).contains("unrecognized subcommand"),
-        "stderr: {}",
-        text(&out.stderr)
-    );
-    Ok(Outcome::Passed)
-}
-
-fn bad_duration_exits_2() -> Result<Outcome> {
-    let out = run(pipelock().args(["probe", "--self-test", "--duration", "0"]))?;
-    ensure!(out.status.code() == Some(2), "exit {} (want 2)", out.status);
-    ensure!(
-        text(&out.stderr).contains("greater than 0"),
-        "stderr: {}",
-        text(&out.stderr)
     );
     Ok(Outcome::Passed)
 }
@@ -653,8 +629,11 @@ fn lockref_stat_counts_every_worker() -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
-fn workload_bad_input_is_one_clear_line() -> Result<Outcome> {
+fn bad_input_is_one_clear_line() -> Result<Outcome> {
     let cases: &[(&[&str], i32, &str)] = &[
+        (&["frobnicate"], 2, "unrecognized subcommand"),
+        (&["probe", "--self-test", "--duration", "0"], 2, "greater than 0"),
+        (&["trace", "--duration", "-2"], 2, "greater than 0"),
         (&["run", "no-such-workload"], 2, "unrecognized subcommand"),
         (
             &["run", "pipe-throughput", "--duration", "0"],
