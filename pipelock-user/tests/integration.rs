@@ -44,6 +44,7 @@ const TESTS: &[Test] = tests![
     Host pipe_herd_reaches_its_limit,
     Host pipe_stream_moves_exactly_the_bytes_asked,
     Host lockref_stat_counts_every_worker,
+    Host cpus_pin_every_worker,
     Host bad_input_is_one_clear_line,
     Host interrupted_herd_leaves_no_process_and_a_report,
     Host compare_and_csv_read_back,
@@ -632,6 +633,7 @@ fn lockref_stat_counts_every_worker() -> Result<Outcome> {
 fn bad_input_is_one_clear_line() -> Result<Outcome> {
     let cases: &[(&[&str], i32, &str)] = &[
         (&["frobnicate"], 2, "unrecognized subcommand"),
+        (&["run", "pipe-herd", "--cpus", "3-1"], 2, "not a CPU list"),
         (&["probe", "--self-test", "--duration", "0"], 2, "greater than 0"),
         (&["trace", "--duration", "-2"], 2, "greater than 0"),
         (&["run", "no-such-workload"], 2, "unrecognized subcommand"),
@@ -1174,6 +1176,29 @@ fn fentry_times_wait_queue_locks_of_a_herd() -> Result<Outcome> {
     println!(
         "  herd: mutex {} acquisitions ({} contended), rd_wait.lock {} acquisitions",
         mutex["acquisitions"], mutex["contentions"], rd["acquisitions"]
+    );
+    Ok(Outcome::Passed)
+}
+
+/// `--cpus 0`: every thread runs on CPU 0, so none migrates, and the report
+/// records the pinning.
+fn cpus_pin_every_worker() -> Result<Outcome> {
+    let r = run_workload(&["pipe-herd", "-k", "2", "--limit", "5000", "--cpus", "0"])?;
+    ensure!(
+        r["system"]["cpus_pinned"] == serde_json::json!([0]),
+        "pinning not recorded: {}",
+        r["system"]
+    );
+    let counters = &r["runs"][0]["counters"];
+    if counters["source"] == "perf_event" {
+        ensure!(
+            counters["cpu_migrations"] == 0,
+            "pinned to one CPU, yet migrations: {counters}"
+        );
+    }
+    ensure!(
+        counters["context_switches"].as_u64().unwrap_or(0) > 0,
+        "4 processes on one CPU never switched"
     );
     Ok(Outcome::Passed)
 }

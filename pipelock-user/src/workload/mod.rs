@@ -91,8 +91,8 @@ pub struct CommonArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub runs: u32,
     /// Pin the workload to these CPUs, e.g. 0-1 or 0,2.
-    #[arg(long, value_name = "LIST", value_parser = sys::parse_cpu_list)]
-    pub cpus: Option<Vec<usize>>,
+    #[arg(long, value_name = "LIST", value_parser = sys::parse_cpus)]
+    pub cpus: Option<sys::CpuList>,
     /// Write the results as JSON (for `pipelock compare`).
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
@@ -287,7 +287,7 @@ fn run_once(
 
 fn lead(workload: &dyn Workload, common: &CommonArgs, shared: &Shared) -> LeaderMessage {
     if let Some(cpus) = &common.cpus
-        && let Err(err) = sys::set_affinity(cpus)
+        && let Err(err) = sys::set_affinity(&cpus.0)
     {
         return LeaderMessage::Failed {
             error: crate::error::one_line(&err),

@@ -69,7 +69,7 @@ impl Report {
             system: System {
                 kernel,
                 cpus_online: std::thread::available_parallelism().map_or(1, usize::from),
-                cpus_pinned: common.cpus.clone(),
+                cpus_pinned: common.cpus.as_ref().map(|c| c.0.clone()),
                 pipelock_version: env!("CARGO_PKG_VERSION").to_owned(),
             },
             started_at: std::time::SystemTime::now()

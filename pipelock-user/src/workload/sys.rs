@@ -141,6 +141,14 @@ pub fn wait_all(pids: &[libc::pid_t]) -> usize {
         .count()
 }
 
+/// A `--cpus` list; a newtype so clap takes `0-3,6` as one value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+pub fn parse_cpus(text: &str) -> Result<CpuList, String> {
+    parse_cpu_list(text).map(CpuList)
+}
+
 /// Parses `0-3,6` into CPU numbers.
 pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
     let mut cpus = Vec::new();
