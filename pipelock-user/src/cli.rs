@@ -152,6 +152,33 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// Every option of every subcommand parses into its field: clap checks
+    /// option types only when a value is read, so this catches mismatches.
+    #[test]
+    fn every_option_parses() {
+        for line in [
+            "probe --self-test --duration 0.5 --ebpf-log",
+            "probe --save-facts /tmp/x",
+            "probe --kernel-facts /tmp/x",
+            "trace --mode tracepoint --duration 2 -p 1 -c cat --class pipe-mutex,pipe-wait,other -n 5 \
+             --csv a.csv --json a.json -- sleep 1",
+            "trace --mode fentry",
+            "run pipe-throughput --duration 1 --passes 3 --copies 2 --runs 2 --cpus 0-1,3 --json a --csv b \
+             -q --no-counters --trace --trace-mode tracepoint",
+            "run pipe-herd -k 3 --limit 10 --cpus 0",
+            "run pipe-stream --bytes 1G --bufsize 4096 --source /etc/hostname --sink pipe",
+            "run pipe-stream --duration 2",
+            "run lockref-stat --threads 2 --duration 1 --path /tmp --op fstat --mode same",
+            "run lockref-stat --procs 2 --mode separate --op open-close",
+            "compare a.json b.json",
+        ] {
+            let args = std::iter::once("pipelock").chain(line.split_whitespace());
+            let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{line}: {e}"));
+            // Touch the parsed value so a type mismatch would have panicked above.
+            assert!(!format!("{cli:?}").is_empty());
+        }
+    }
+
     #[test]
     fn seconds_must_be_positive() {
         assert_eq!(parse_seconds("1.5"), Ok(Duration::from_millis(1500)));
