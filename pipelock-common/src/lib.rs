@@ -37,7 +37,18 @@ pub mod programs {
     pub const SPIN_LOCK_IRQ_ENTRY: &str = "spin_lock_irq_entry";
     pub const SPIN_LOCK_IRQ_EXIT: &str = "spin_lock_irq_exit";
     pub const SPIN_UNLOCK_IRQ_ENTRY: &str = "spin_unlock_irq_entry";
-    /// `lock:contention_begin` in fentry mode: marks the task's pending
+    /// kprobe mode: one program may attach to several functions.
+    pub const KP_PIPE_READ_ENTRY: &str = "kp_pipe_read_entry";
+    pub const KP_PIPE_READ_EXIT: &str = "kp_pipe_read_exit";
+    pub const KP_PIPE_WRITE_ENTRY: &str = "kp_pipe_write_entry";
+    pub const KP_PIPE_WRITE_EXIT: &str = "kp_pipe_write_exit";
+    pub const KP_MUTEX_LOCK_ENTRY: &str = "kp_mutex_lock_entry";
+    pub const KP_MUTEX_LOCK_EXIT: &str = "kp_mutex_lock_exit";
+    pub const KP_MUTEX_UNLOCK_ENTRY: &str = "kp_mutex_unlock_entry";
+    pub const KP_SPIN_LOCK_ENTRY: &str = "kp_spin_lock_entry";
+    pub const KP_SPIN_LOCK_EXIT: &str = "kp_spin_lock_exit";
+    pub const KP_SPIN_UNLOCK_ENTRY: &str = "kp_spin_unlock_entry";
+    /// `lock:contention_begin` in fentry/kprobe mode: marks the task's pending
     /// acquisition as contended.
     pub const HOOKED_CONTENTION_BEGIN: &str = "hooked_contention_begin";
 }

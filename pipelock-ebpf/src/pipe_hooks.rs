@@ -10,9 +10,9 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, fentry, fexit, map},
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map},
     maps::HashMap,
-    programs::{BtfTracePointContext, FEntryContext, FExitContext},
+    programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use pipelock_common::{LCB_F_SPIN, LockInfo, TaskPipe, class, pipe_lock};
 
@@ -105,10 +105,37 @@ fn acquired(lock: u64) {
     };
     // SAFETY: as in lock_call.
     let state = unsafe { &mut *state };
-    let Some(index) = which_lock(state, lock) else {
+    if let Some(index) = which_lock(state, lock) {
+        acquired_at(state, index, lock);
+    }
+}
+
+/// kretprobe flavour: a return carries no lock argument, but a task is in at
+/// most one lock call of a kind at a time, so the pending one is it.
+#[inline(always)]
+fn acquired_pending(spinlock: bool) {
+    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
         return;
     };
-    let start = state.wait_start[index];
+    // SAFETY: as in lock_call.
+    let state = unsafe { &mut *state };
+    let cfg = config();
+    let (index, offset) = if !spinlock {
+        (pipe_lock::MUTEX, 0)
+    } else if state.wait_start[pipe_lock::RD_WAIT] != 0 {
+        (pipe_lock::RD_WAIT, cfg.pipe_rd_wait_lock as u64)
+    } else {
+        (pipe_lock::WR_WAIT, cfg.pipe_wr_wait_lock as u64)
+    };
+    let lock = state.pipe + offset;
+    acquired_at(state, index, lock);
+}
+
+#[inline(always)]
+fn acquired_at(state: &mut TaskPipe, index: usize, lock: u64) {
+    let Some(&start) = state.wait_start.get(index) else {
+        return;
+    };
     if start == 0 || config().class_mask & (1 << CLASSES[index]) == 0 {
         return;
     }
@@ -249,6 +276,81 @@ pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
     {
         state.contended[index] = 1;
         state.flags_and[index] &= flags;
+    }
+    0
+}
+
+// kprobe mode: the same hooks where fentry is unavailable. kretprobes carry
+// no arguments, hence `acquired_pending`.
+
+#[kprobe]
+pub fn kp_pipe_read_entry(ctx: ProbeContext) -> u32 {
+    if let Some(kiocb) = ctx.arg::<u64>(0) {
+        enter_pipe_call(kiocb);
+    }
+    0
+}
+
+#[kretprobe]
+pub fn kp_pipe_read_exit(_ctx: RetProbeContext) -> u32 {
+    leave_pipe_call();
+    0
+}
+
+#[kprobe]
+pub fn kp_pipe_write_entry(ctx: ProbeContext) -> u32 {
+    if let Some(kiocb) = ctx.arg::<u64>(0) {
+        enter_pipe_call(kiocb);
+    }
+    0
+}
+
+#[kretprobe]
+pub fn kp_pipe_write_exit(_ctx: RetProbeContext) -> u32 {
+    leave_pipe_call();
+    0
+}
+
+#[kprobe]
+pub fn kp_mutex_lock_entry(ctx: ProbeContext) -> u32 {
+    if let Some(lock) = ctx.arg::<u64>(0) {
+        lock_call(lock);
+    }
+    0
+}
+
+#[kretprobe]
+pub fn kp_mutex_lock_exit(_ctx: RetProbeContext) -> u32 {
+    acquired_pending(false);
+    0
+}
+
+#[kprobe]
+pub fn kp_mutex_unlock_entry(ctx: ProbeContext) -> u32 {
+    if let Some(lock) = ctx.arg::<u64>(0) {
+        released(lock);
+    }
+    0
+}
+
+#[kprobe]
+pub fn kp_spin_lock_entry(ctx: ProbeContext) -> u32 {
+    if let Some(lock) = ctx.arg::<u64>(0) {
+        lock_call(lock);
+    }
+    0
+}
+
+#[kretprobe]
+pub fn kp_spin_lock_exit(_ctx: RetProbeContext) -> u32 {
+    acquired_pending(true);
+    0
+}
+
+#[kprobe]
+pub fn kp_spin_unlock_entry(ctx: ProbeContext) -> u32 {
+    if let Some(lock) = ctx.arg::<u64>(0) {
+        released(lock);
     }
     0
 }

@@ -5,8 +5,8 @@
 //! mutex and wait-queue spinlocks, wait and hold) and the tracepoint mode
 //! (wait of contended acquisitions, from `lock:contention_begin/end`), which
 //! works on every kernel since 5.19, including ones without kprobes or fentry.
-//! `auto` tries fentry and falls back to the tracepoints, saying why. The
-//! kprobe mode is not implemented yet: asking for it is an error.
+//! The kprobe mode runs the fentry mode's logic from kprobes/kretprobes.
+//! `auto` tries fentry, then kprobes, then the tracepoints, saying why.
 use std::{
     collections::{BTreeMap, HashMap},
     time::{Duration, Instant},
@@ -36,7 +36,7 @@ pub enum ModeArg {
     Auto,
     /// fentry/fexit: every acquisition, wait and hold.
     Fentry,
-    /// kprobe/kretprobe: wait and hold (not implemented yet).
+    /// kprobe/kretprobe: every acquisition, wait and hold (where fentry is refused).
     Kprobe,
     /// lock:contention_begin/end: wait of contended acquisitions only.
     Tracepoint,
@@ -110,6 +110,10 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attached {
     Fentry,
+    /// With the reason fentry was not used, when `auto` fell back.
+    Kprobe {
+        fallback: Option<String>,
+    },
     /// With the reason fentry was not used, when `auto` fell back.
     Tracepoint {
         kind: TracepointKind,
@@ -187,11 +191,6 @@ const FENTRY_HOOKS: [FentryHook; 8] = {
 
 impl Tracer {
     pub fn attach(mode: ModeArg, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
-        if mode == ModeArg::Kprobe {
-            return Err(Error::Usage(
-                "--mode kprobe: not implemented yet; use --mode fentry, tracepoint or auto".to_owned(),
-            ));
-        }
         crate::privilege::require()?;
         let inspector = KernelInspector::live();
         if crate::ebpf::OBJECT.is_empty() {
@@ -206,6 +205,12 @@ impl Tracer {
         if ebpf_log && let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {
             log::warn!("eBPF logging unavailable: {}", one_line(&err));
         }
+        let load = || {
+            EbpfLoader::new()
+                .override_global(TRACE_CONFIG_GLOBAL, &config, true)
+                .load(crate::ebpf::OBJECT)
+                .map_err(|source| Error::Load { source })
+        };
         let attached = match mode {
             ModeArg::Tracepoint => Attached::Tracepoint {
                 kind: attach_contention(&mut ebpf)?,
@@ -215,19 +220,28 @@ impl Tracer {
                 attach_fentry(&mut ebpf, &inspector, &btf)?;
                 Attached::Fentry
             }
-            _ => match attach_fentry(&mut ebpf, &inspector, &btf) {
+            ModeArg::Kprobe => {
+                attach_kprobe(&mut ebpf, &inspector)?;
+                Attached::Kprobe { fallback: None }
+            }
+            // Each failed attempt drops its object, which detaches whatever
+            // part of it did attach, and starts from a fresh one.
+            ModeArg::Auto => match attach_fentry(&mut ebpf, &inspector, &btf) {
                 Ok(()) => Attached::Fentry,
-                Err(err) => {
-                    // Dropping the object detaches whatever fentry hooks did attach.
-                    drop(ebpf);
-                    ebpf = EbpfLoader::new()
-                        .override_global(TRACE_CONFIG_GLOBAL, &config, true)
-                        .load(crate::ebpf::OBJECT)
-                        .map_err(|source| Error::Load { source })?;
-                    let kind = attach_contention(&mut ebpf)?;
-                    Attached::Tracepoint {
-                        kind,
-                        fallback: Some(one_line(&err)),
+                Err(fentry_err) => {
+                    let why = format!("fentry: {}", one_line(&fentry_err));
+                    ebpf = load()?;
+                    match attach_kprobe(&mut ebpf, &inspector) {
+                        Ok(()) => Attached::Kprobe { fallback: Some(why) },
+                        Err(kprobe_err) => {
+                            ebpf = load()?;
+                            let kind = attach_contention(&mut ebpf)?;
+                            let why = format!("{why}; kprobe: {}", one_line(&kprobe_err));
+                            Attached::Tracepoint {
+                                kind,
+                                fallback: Some(why),
+                            }
+                        }
                     }
                 }
             },
@@ -244,12 +258,12 @@ impl Tracer {
         match &self.attached {
             Attached::Fentry => "fentry".to_owned(),
             Attached::Tracepoint { kind, fallback: None } => format!("tracepoint ({kind})"),
+            Attached::Kprobe { fallback: None } => "kprobe".to_owned(),
+            Attached::Kprobe { fallback: Some(why) } => format!("kprobe ({why})"),
             Attached::Tracepoint {
                 kind,
                 fallback: Some(why),
-            } => {
-                format!("tracepoint ({kind}; fentry unavailable: {why})")
-            }
+            } => format!("tracepoint ({kind}; {why})"),
         }
     }
 
@@ -292,7 +306,7 @@ impl Tracer {
                 lockstats::merge(&mut merged.wait, &cpu.wait);
                 lockstats::merge(&mut merged.hold, &cpu.hold);
             }
-            let hooked = self.attached == Attached::Fentry;
+            let hooked = !matches!(self.attached, Attached::Tracepoint { .. });
             let lock_info = info.get(&lock, 0).ok();
             // fentry mode notes processes once per pipe (at its mutex address);
             // every lock of that pipe shares them.
@@ -356,7 +370,7 @@ impl Tracer {
                 .trim()
                 .to_owned(),
             mode: self.mode(),
-            hold_unavailable_reason: (self.attached != Attached::Fentry).then(|| {
+            hold_unavailable_reason: matches!(self.attached, Attached::Tracepoint { .. }).then(|| {
                 "the contention tracepoints only see contended acquisitions; hold time needs fentry or kprobe"
                     .to_owned()
             }),
@@ -420,6 +434,69 @@ fn attach_fentry(ebpf: &mut Ebpf, inspector: &KernelInspector, kernel_btf: &Kern
     prog.attach()
         .map_err(fail("attach", programs::HOOKED_CONTENTION_BEGIN))?;
     Ok(())
+}
+
+/// The fentry hooks' logic on kprobes/kretprobes: a kprobe program can attach
+/// to several functions, so the spinlock programs serve irqsave and irq.
+fn attach_kprobe(ebpf: &mut Ebpf, inspector: &KernelInspector) -> Result<(), Error> {
+    if !inspector.has_kprobes() {
+        return Err(Error::Usage(
+            "no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned(),
+        ));
+    }
+    let kallsyms = inspector.kallsyms()?;
+    let mut loaded = std::collections::HashSet::new();
+    for FentryHook { hook, required, .. } in FENTRY_HOOKS {
+        let Some(target) = hook.candidates.iter().copied().find(|f| kallsyms.has_function(f)) else {
+            if required {
+                return Err(Error::Usage(format!(
+                    "no {} function ({:?})",
+                    hook.role, hook.candidates
+                )));
+            }
+            continue;
+        };
+        let (entry, exit) = kprobe_programs(hook.role);
+        for program in std::iter::once(entry).chain(exit) {
+            let prog: &mut aya::programs::KProbe = crate::ebpf::program_mut(ebpf, program)?;
+            let fail = |action| {
+                let program = program.to_owned();
+                move |source| Error::Program {
+                    action,
+                    program,
+                    source,
+                }
+            };
+            if loaded.insert(program) {
+                prog.load().map_err(fail("load"))?;
+            }
+            prog.attach(target, 0).map_err(fail("attach"))?;
+        }
+    }
+    // Best effort: without it, contended acquisitions are not flagged.
+    if let Ok(btf) = Btf::from_sys_fs() {
+        let prog: &mut BtfTracePoint = crate::ebpf::program_mut(ebpf, programs::HOOKED_CONTENTION_BEGIN)?;
+        if let Err(err) = prog
+            .load("contention_begin", &btf)
+            .and_then(|()| prog.attach().map(drop))
+        {
+            log::warn!("contended acquisitions will not be flagged: {}", one_line(&err));
+        }
+    }
+    Ok(())
+}
+
+/// The kprobe programs (entry, optional kretprobe) for a hook role.
+fn kprobe_programs(role: &str) -> (&'static str, Option<&'static str>) {
+    use programs::*;
+    match role {
+        "pipe read entry" => (KP_PIPE_READ_ENTRY, Some(KP_PIPE_READ_EXIT)),
+        "pipe write entry" => (KP_PIPE_WRITE_ENTRY, Some(KP_PIPE_WRITE_EXIT)),
+        "mutex lock" => (KP_MUTEX_LOCK_ENTRY, Some(KP_MUTEX_LOCK_EXIT)),
+        "mutex unlock" => (KP_MUTEX_UNLOCK_ENTRY, None),
+        "spinlock irqsave" | "spinlock irq" => (KP_SPIN_LOCK_ENTRY, Some(KP_SPIN_LOCK_EXIT)),
+        _ => (KP_SPIN_UNLOCK_ENTRY, None),
+    }
 }
 
 /// tp_btf first (typed arguments, cheaper), the classic tracepoint otherwise.
