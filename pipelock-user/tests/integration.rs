@@ -163,11 +163,8 @@ fn is_root() -> bool {
 
 /// Runs `pipelock ARGS` as root and returns stdout, or the skip reason.
 fn run_privileged(args: &[&str]) -> Result<std::result::Result<String, Outcome>> {
-    if !is_root() {
-        return Ok(Err(Outcome::Skipped("needs root".to_owned())));
-    }
-    if pipelock_user::ebpf::OBJECT.is_empty() {
-        return Ok(Err(Outcome::Skipped(stub_reason())));
+    if let Some(skip) = cannot_load() {
+        return Ok(Err(skip));
     }
     let out = run(pipelock().args(args))?;
     ensure!(
@@ -177,6 +174,17 @@ fn run_privileged(args: &[&str]) -> Result<std::result::Result<String, Outcome>>
         text(&out.stderr).trim()
     );
     Ok(Ok(text(&out.stdout)))
+}
+
+/// Why a test that loads eBPF programs cannot run here, if it cannot.
+fn cannot_load() -> Option<Outcome> {
+    if !is_root() {
+        Some(Outcome::Skipped("needs root".to_owned()))
+    } else if pipelock_user::ebpf::OBJECT.is_empty() {
+        Some(Outcome::Skipped(stub_reason()))
+    } else {
+        None
+    }
 }
 
 fn stub_reason() -> String {
@@ -834,11 +842,8 @@ fn trace_json(
     trace_args: &[&str],
     command: &[&str],
 ) -> Result<std::result::Result<serde_json::Value, Outcome>> {
-    if !is_root() {
-        return Ok(Err(Outcome::Skipped("needs root".to_owned())));
-    }
-    if pipelock_user::ebpf::OBJECT.is_empty() {
-        return Ok(Err(Outcome::Skipped(stub_reason())));
+    if let Some(skip) = cannot_load() {
+        return Ok(Err(skip));
     }
     let json = scratch("trace.json");
     let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
@@ -915,11 +920,8 @@ fn trace_of_an_unshared_pipe_has_no_pipe_rows() -> Result<Outcome> {
     // One thread writing and reading its own pipe never waits for anyone. The
     // pipe is told apart by its inode, so other pipelock runs on the machine
     // (a CI job beside this one) cannot make the test pass or fail.
-    if !is_root() {
-        return Ok(Outcome::Skipped("needs root".to_owned()));
-    }
-    if pipelock_user::ebpf::OBJECT.is_empty() {
-        return Ok(Outcome::Skipped(stub_reason()));
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
     }
     let (json, ino_file) = (scratch("unshared.json"), scratch("unshared.ino"));
     let out = run(pipelock()
@@ -964,11 +966,8 @@ fn trace_counts_agree_with_perf_lock() -> Result<Outcome> {
     let data = scratch("perf.data");
     let data_arg = data.to_str().context("non-UTF-8 temp path")?;
     let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
-    if !is_root() {
-        return Ok(Outcome::Skipped("needs root".to_owned()));
-    }
-    if pipelock_user::ebpf::OBJECT.is_empty() {
-        return Ok(Outcome::Skipped(stub_reason()));
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
     }
     let json = scratch("perf-trace.json");
     let out = run(pipelock()
@@ -1062,11 +1061,8 @@ fn pipe_rows(report: &serde_json::Value, ino: u64) -> Vec<&serde_json::Value> {
 /// pipe mutex is taken exactly 2N times (once per call: the pipe never fills
 /// or empties under a waiting peer, so no call sleeps and retakes it).
 fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
-    if !is_root() {
-        return Ok(Outcome::Skipped("needs root".into()));
-    }
-    if pipelock_user::ebpf::OBJECT.is_empty() {
-        return Ok(Outcome::Skipped(stub_reason()));
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
     }
     if let Some(why) = mode_refusal(mode)? {
         return Ok(Outcome::Skipped(why));
@@ -1140,11 +1136,8 @@ fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
 }
 
 fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
-    if !is_root() {
-        return Ok(Outcome::Skipped("needs root".into()));
-    }
-    if pipelock_user::ebpf::OBJECT.is_empty() {
-        return Ok(Outcome::Skipped(stub_reason()));
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
     }
     if let Some(why) = mode_refusal(mode)? {
         return Ok(Outcome::Skipped(why));
