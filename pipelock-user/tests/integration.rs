@@ -916,6 +916,27 @@ fn trace_sees_the_herds_pipe_locks() -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
+/// `pipelock trace --mode MODE` around this binary's `--exact-pipe-io N`:
+/// the JSON report and the inode of the helper's pipe.
+fn trace_exact_pipe_io(mode: &str, n: u64) -> Result<(serde_json::Value, u64)> {
+    let (json, ino_file) = (
+        scratch(&format!("{mode}-exact.json")),
+        scratch(&format!("{mode}-exact.ino")),
+    );
+    let out = run(pipelock()
+        .args(["trace", "--mode", mode, "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(std::env::current_exe()?)
+        .args(["--exact-pipe-io", &n.to_string()])
+        .arg(&ino_file))?;
+    let report = fs::read_to_string(&json);
+    let ino = fs::read_to_string(&ino_file);
+    let _ = (fs::remove_file(&json), fs::remove_file(&ino_file));
+    ensure!(out.status.success(), "trace: {}", text(&out.stderr));
+    Ok((serde_json::from_str(&report?)?, ino?.trim().parse()?))
+}
+
 fn trace_of_an_unshared_pipe_has_no_pipe_rows() -> Result<Outcome> {
     // One thread writing and reading its own pipe never waits for anyone. The
     // pipe is told apart by its inode, so other pipelock runs on the machine
@@ -923,20 +944,7 @@ fn trace_of_an_unshared_pipe_has_no_pipe_rows() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
-    let (json, ino_file) = (scratch("unshared.json"), scratch("unshared.ino"));
-    let out = run(pipelock()
-        .args(["trace", "--mode", "tracepoint", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(std::env::current_exe()?)
-        .args(["--exact-pipe-io", "200000"])
-        .arg(&ino_file))?;
-    let report = fs::read_to_string(&json);
-    let ino = fs::read_to_string(&ino_file);
-    let _ = (fs::remove_file(&json), fs::remove_file(&ino_file));
-    ensure!(out.status.success(), "trace: {}", text(&out.stderr));
-    let report: serde_json::Value = serde_json::from_str(&report?)?;
-    let ino: u64 = ino?.trim().parse()?;
+    let (report, ino) = trace_exact_pipe_io("tracepoint", 200_000)?;
     // Scheduler locks may still be contended by its calls now and then
     // (other-in-pipe-call rows); the pipe's own locks must not be.
     let rows: Vec<_> = pipe_rows(&report, ino)
@@ -1068,21 +1076,7 @@ fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
         return Ok(Outcome::Skipped(why));
     }
     const N: u64 = 1000;
-    let (json, ino_file) = (scratch("exact.json"), scratch("exact.ino"));
-    let helper = std::env::current_exe()?;
-    let out = run(pipelock()
-        .args(["trace", "--mode", mode, "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(&helper)
-        .args(["--exact-pipe-io", &N.to_string()])
-        .arg(&ino_file))?;
-    let report = fs::read_to_string(&json);
-    let ino = fs::read_to_string(&ino_file);
-    let _ = (fs::remove_file(&json), fs::remove_file(&ino_file));
-    ensure!(out.status.success(), "trace: {}", text(&out.stderr));
-    let report: serde_json::Value = serde_json::from_str(&report?)?;
-    let ino: u64 = ino?.trim().parse()?;
+    let (report, ino) = trace_exact_pipe_io(mode, N)?;
     ensure!(report["mode"] == mode, "mode {}", report["mode"]);
     let rows = pipe_rows(&report, ino);
     let mutex = rows
