@@ -588,31 +588,38 @@ fn pipe_stream_moves_exactly_the_bytes_asked() -> Result<Outcome> {
 }
 
 fn lockref_stat_counts_every_worker() -> Result<Outcome> {
-    for args in [
-        &["lockref-stat", "--threads", "2", "--duration", "0.3"][..],
-        &[
-            "lockref-stat",
-            "--procs",
-            "2",
-            "--duration",
-            "0.3",
-            "--mode",
-            "separate",
-            "--op",
-            "open-close",
-        ],
-        &[
-            "lockref-stat",
-            "--threads",
-            "1",
-            "--duration",
-            "0.2",
-            "--path",
-            "/proc/self/status",
-            "--op",
-            "access",
-        ],
-    ] {
+    let cases: [(&[&str], usize); 3] = [
+        (&["lockref-stat", "--threads", "2", "--duration", "0.3"], 2),
+        (
+            &[
+                "lockref-stat",
+                "--procs",
+                "2",
+                "--duration",
+                "0.3",
+                "--mode",
+                "separate",
+                "--op",
+                "open-close",
+            ],
+            2,
+        ),
+        (
+            &[
+                "lockref-stat",
+                "--threads",
+                "1",
+                "--duration",
+                "0.2",
+                "--path",
+                "/proc/self/status",
+                "--op",
+                "access",
+            ],
+            1,
+        ),
+    ];
+    for (args, expected_workers) in cases {
         let r = run_workload(args)?;
         let run = &r["runs"][0];
         let per_worker: Vec<u64> = run["details"]["per_worker"]
@@ -629,7 +636,6 @@ fn lockref_stat_counts_every_worker() -> Result<Outcome> {
             per_worker.iter().sum::<u64>() == run["details"]["total"].as_u64().unwrap_or(0),
             "total mismatch"
         );
-        let expected_workers = if args.contains(&"1") { 1 } else { 2 };
         ensure!(
             per_worker.len() == expected_workers,
             "{args:?}: {} workers",
