@@ -51,6 +51,22 @@ pub mod programs {
     /// `lock:contention_begin` in fentry/kprobe mode: marks the task's pending
     /// acquisition as contended.
     pub const HOOKED_CONTENTION_BEGIN: &str = "hooked_contention_begin";
+    /// Lockref class, fentry mode: the traceable callers of the notrace
+    /// `lockref_*` functions, and the dentry spinlock they fall back to.
+    pub const LOCKREF_GET_ENTRY: &str = "lockref_get_entry";
+    pub const LOCKREF_GET_EXIT: &str = "lockref_get_exit";
+    pub const LOCKREF_PUT_ENTRY: &str = "lockref_put_entry";
+    pub const LOCKREF_PUT_EXIT: &str = "lockref_put_exit";
+    pub const DENTRY_SPIN_LOCK_ENTRY: &str = "dentry_spin_lock_entry";
+    pub const DENTRY_SPIN_LOCK_EXIT: &str = "dentry_spin_lock_exit";
+    pub const DENTRY_SPIN_UNLOCK_ENTRY: &str = "dentry_spin_unlock_entry";
+    /// The same in kprobe mode (one kretprobe serves both callers).
+    pub const KP_LOCKREF_GET_ENTRY: &str = "kp_lockref_get_entry";
+    pub const KP_LOCKREF_PUT_ENTRY: &str = "kp_lockref_put_entry";
+    pub const KP_LOCKREF_EXIT: &str = "kp_lockref_exit";
+    pub const KP_DENTRY_SPIN_LOCK_ENTRY: &str = "kp_dentry_spin_lock_entry";
+    pub const KP_DENTRY_SPIN_LOCK_EXIT: &str = "kp_dentry_spin_lock_exit";
+    pub const KP_DENTRY_SPIN_UNLOCK_ENTRY: &str = "kp_dentry_spin_unlock_entry";
 }
 
 /// Map names in the eBPF object (the Rust static names of the maps).
@@ -67,6 +83,8 @@ pub mod maps {
     pub const LOCK_INFO: &str = "LOCK_INFO";
     /// `HashMap<LockUser, [u8; 16]>`: processes (and their comm) seen on a lock.
     pub const LOCK_USERS: &str = "LOCK_USERS";
+    /// `HashMap<u32 tid, TaskLockref>`: a lockref caller in progress.
+    pub const TASK_LOCKREF: &str = "TASK_LOCKREF";
     /// `PerCpuArray<u64>` indexed by [`crate::Drop`]: events not recorded, and why.
     pub const DROPS: &str = "DROPS";
 }
@@ -85,6 +103,8 @@ pub mod class {
     /// Another lock, contended by a task inside read/write on a pipe
     /// (scheduler run-queue and `pi_lock`s of the wake-up path, mostly).
     pub const OTHER_IN_PIPE_CALL: u32 = 4;
+    /// `dentry->d_lockref`, measured at the callers of `lockref_*`.
+    pub const LOCKREF: u32 = 5;
 }
 
 /// Why an event was not recorded; indexes the `DROPS` per-CPU array.
@@ -148,6 +168,13 @@ pub struct TraceConfig {
     pub filter_tgid: u32,
     /// Bit `1 << class` set for each class to record.
     pub class_mask: u32,
+    /// `path.dentry`, `dentry.d_lockref.lock`, `dentry.d_name.name`.
+    pub path_dentry: u32,
+    pub dentry_lockref: u32,
+    pub dentry_name: u32,
+    /// Non-zero: only tasks whose comm is `filter_comm` (NUL-padded).
+    pub filter_comm_set: u32,
+    pub filter_comm: [u8; 16],
 }
 
 /// A contended acquisition in progress, keyed by thread id.
@@ -174,6 +201,9 @@ pub struct LockStats {
     pub contentions: u64,
     /// Of those, the ones that only spun (every begin had `LCB_F_SPIN`).
     pub spin_only: u64,
+    /// Events on this lock that were seen but could not be timed (a release
+    /// or end without its acquisition, a hold still open when its call returned).
+    pub dropped: u64,
     /// Lock call to acquisition, in ns: every acquisition in fentry/kprobe
     /// mode, contended ones (begin → end) in tracepoint mode.
     pub wait: Histogram,
@@ -186,6 +216,7 @@ impl LockStats {
         acquisitions: 0,
         contentions: 0,
         spin_only: 0,
+        dropped: 0,
         wait: Histogram::EMPTY,
         hold: Histogram::EMPTY,
     };
@@ -226,6 +257,28 @@ pub struct LockInfo {
     pub ino: u64,
     pub class: u32,
     pub _pad: u32,
+    /// Lockref class: the dentry's name (NUL-padded, truncated to fit).
+    pub name: [u8; 32],
+}
+
+/// fentry/kprobe mode: a task inside a lockref caller (`__legitimize_path`,
+/// `dput`) and its fallback to the dentry spinlock.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskLockref {
+    /// `&dentry->d_lockref` (its spinlock is at offset 0).
+    pub lockref: u64,
+    pub dentry: u64,
+    /// When the outermost caller was entered.
+    pub start: u64,
+    /// When `spin_lock` on the lockref's lock was called (0: not in it).
+    pub spin_start: u64,
+    /// When that spinlock was acquired (0: not held).
+    pub hold_start: u64,
+    /// Nested caller calls (a `dput` inside a `dput`): only the outermost is timed.
+    pub depth: u32,
+    /// The call fell back to the spinlock.
+    pub fell_back: u32,
 }
 
 /// Key of `LOCK_USERS`: a process seen contending a lock.
@@ -304,6 +357,7 @@ mod user {
     unsafe impl aya::Pod for super::LockInfo {}
     unsafe impl aya::Pod for super::LockUser {}
     unsafe impl aya::Pod for super::TaskPipe {}
+    unsafe impl aya::Pod for super::TaskLockref {}
 }
 
 #[cfg(test)]

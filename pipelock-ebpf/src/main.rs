@@ -5,6 +5,7 @@
 
 mod capability;
 mod contention;
+mod lockref_hooks;
 mod pipe_contention;
 mod pipe_hooks;
 

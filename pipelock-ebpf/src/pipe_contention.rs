@@ -41,6 +41,11 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
     nr_writev: 0,
     filter_tgid: 0,
     class_mask: 0,
+    path_dentry: 0,
+    dentry_lockref: 0,
+    dentry_name: 0,
+    filter_comm_set: 0,
+    filter_comm: [0; 16],
 };
 
 /// Zeroed template for a lock's first per-CPU entry (too big for the stack).
@@ -65,6 +70,15 @@ pub(crate) fn config() -> TraceConfig {
     // SAFETY: a plain global; the volatile read keeps the compiler from
     // folding the zero initialiser userspace overrides.
     unsafe { core::ptr::read_volatile(&TRACE_CONFIG) }
+}
+
+/// The `-p`/`-c` filters: whether the current task is one to record.
+#[inline(always)]
+pub(crate) fn wanted(cfg: &TraceConfig, tgid: u32) -> bool {
+    if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
+        return false;
+    }
+    cfg.filter_comm_set == 0 || bpf_get_current_comm().is_ok_and(|comm| comm == cfg.filter_comm)
 }
 
 #[inline(always)]
@@ -142,7 +156,7 @@ fn on_begin(lock: u64, flags: u32) {
     }
     let cfg = config();
     let tgid = (pid_tgid >> 32) as u32;
-    if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
+    if !wanted(&cfg, tgid) {
         return;
     }
     let Some((class, pipe, ino)) = classify(&cfg, lock) else {
@@ -168,6 +182,7 @@ fn on_begin(lock: u64, flags: u32) {
         ino,
         class,
         _pad: 0,
+        name: [0; 32],
     };
     let _ = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64);
     note_user(lock, tgid);
@@ -178,6 +193,15 @@ fn on_end(lock: u64) {
     let tid = bpf_get_current_pid_tgid() as u32;
     // SAFETY: a value of this map, copied out before removal.
     let Some(pending) = (unsafe { PENDING.get(tid) }).copied() else {
+        // Most ends belong to locks pipelock does not trace; one on a known
+        // pipe lock is a wait that began before the programs were attached.
+        // SAFETY: a lookup only.
+        if unsafe { LOCK_INFO.get(lock) }.is_some()
+            && let Some(stats) = stats_of(lock)
+        {
+            // SAFETY: this CPU's copy of the value.
+            unsafe { (*stats).dropped += 1 };
+        }
         return;
     };
     if pending.lock != lock {

@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use pipelock_common::{LCB_F_SPIN, LockInfo, TaskPipe, class, pipe_lock};
 
-use crate::pipe_contention::{LOCK_INFO, config, note_user, read, record, stats_of};
+use crate::pipe_contention::{LOCK_INFO, config, note_user, read, record, stats_of, wanted};
 
 #[map]
 static TASK_PIPE: HashMap<u32, TaskPipe> = HashMap::with_max_entries(16384, 0);
@@ -40,7 +40,7 @@ fn enter_pipe_call(kiocb: u64) {
     let cfg = config();
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
+    if !wanted(&cfg, tgid) {
         return;
     }
     let Some(file) = read::<u64>(kiocb + cfg.kiocb_filp as u64) else {
@@ -148,6 +148,7 @@ fn acquired_at(state: &mut TaskPipe, index: usize, lock: u64) {
         ino: state.ino,
         class: CLASSES[index],
         _pad: 0,
+        name: [0; 32],
     };
     let _ = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64);
     // SAFETY: this CPU's copy of the value.
@@ -174,13 +175,18 @@ fn released(lock: u64) {
         return;
     };
     let start = state.hold_start[index];
-    if start == 0 {
-        return;
-    }
     state.hold_start[index] = 0;
     let Some(stats) = stats_of(lock) else { return };
     // SAFETY: this CPU's copy of the value.
-    unsafe { record(&mut (*stats).hold, now() - start) };
+    unsafe {
+        if start == 0 {
+            // Released without an acquisition this call saw (taken before
+            // the call was entered, or its lock call's return was missed).
+            (*stats).dropped += 1;
+        } else {
+            record(&mut (*stats).hold, now() - start);
+        }
+    }
 }
 
 #[fentry]

@@ -15,6 +15,7 @@ pub mod inspector;
 pub mod interrupt;
 pub mod lockstats;
 pub mod privilege;
+pub mod progstats;
 pub mod probe;
 pub mod selftest;
 pub mod stats;

@@ -17,6 +17,7 @@ pub fn class_name(class: u32) -> &'static str {
         class::PIPE_RD_WAIT => "pipe-rd-wait",
         class::PIPE_WR_WAIT => "pipe-wr-wait",
         class::OTHER_IN_PIPE_CALL => "other-in-pipe-call",
+        class::LOCKREF => "lockref",
         _ => "unknown",
     }
 }
@@ -105,6 +106,8 @@ pub struct LockRow {
     pub contentions: u64,
     /// Contended acquisitions that only spun (never slept).
     pub spin_only: u64,
+    /// Events on this lock that were seen but could not be timed.
+    pub dropped: u64,
     pub wait: Option<Timing>,
     /// None where hold time is not measured (tracepoint mode).
     pub hold: Option<Timing>,
@@ -133,6 +136,10 @@ pub struct TraceReport {
     /// Events not recorded, by reason (never silently lost).
     pub drops: BTreeMap<String, u64>,
     pub percentile_resolution: &'static str,
+    /// What this mode or kernel could not measure, class by class.
+    pub notes: Vec<String>,
+    /// pipelock's own programs: runs, run time, recursion misses.
+    pub programs: Vec<crate::progstats::ProgramStats>,
 }
 
 impl TraceReport {
@@ -180,9 +187,12 @@ pub fn render(report: &TraceReport, top: usize) -> String {
     if let Some(why) = &report.hold_unavailable_reason {
         out.push_str(&format!("hold times: n/a ({why})\n"));
     }
+    for note in &report.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
     out.push('\n');
     if report.locks.is_empty() {
-        out.push_str("no pipe lock contention was seen\n");
+        out.push_str("no traced lock was seen\n");
     } else {
         let mut table = comfy_table::Table::new();
         table.load_preset(comfy_table::presets::NOTHING).set_header(vec![
@@ -242,12 +252,27 @@ pub fn render(report: &TraceReport, top: usize) -> String {
             human_ns(t.wait_max_ns)
         ));
     }
-    let dropped: Vec<String> = report
+    let mut dropped: Vec<String> = report
         .drops
         .iter()
         .filter(|(_, n)| **n > 0)
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
+    let untimed: u64 = report.locks.iter().map(|r| r.dropped).sum();
+    if untimed > 0 {
+        dropped.push(format!("untimed on traced locks {untimed} (per lock in --csv)"));
+    }
+    let (runs, run_ns) = report
+        .programs
+        .iter()
+        .fold((0, 0), |(r, t), p| (r + p.run_count, t + p.run_time_ns));
+    if runs > 0 {
+        out.push_str(&format!(
+            "pipelock's programs: {runs} runs, {} in total, {} per run\n",
+            human_ns(run_ns),
+            human_ns(run_ns / runs)
+        ));
+    }
     out.push_str(&format!(
         "dropped events: {}\n{}\n",
         if dropped.is_empty() {
@@ -317,8 +342,7 @@ pub fn to_csv(report: &TraceReport) -> Result<Vec<u8>, csv::Error> {
             hold_p50_ns: h.map(|t| t.p50_ns),
             hold_p99_ns: h.map(|t| t.p99_ns),
             hold_max_ns: h.map(|t| t.max_ns),
-            // Drops are counted per reason, not per lock, in tracepoint mode.
-            dropped: None,
+            dropped: Some(row.dropped),
         })?;
     }
     if report.locks.is_empty() {
@@ -397,6 +421,7 @@ mod tests {
             acquisitions: None,
             contentions: 3,
             spin_only: 1,
+            dropped: 2,
             wait: Timing::from_hist(&hist(&[100, 200, 4000])),
             hold: None,
         }];
@@ -409,6 +434,8 @@ mod tests {
             locks: rows,
             drops: BTreeMap::from([("nested".to_owned(), 0)]),
             percentile_resolution: PERCENTILE_RESOLUTION,
+            notes: vec!["lockref: n/a in tracepoint mode".into()],
+            programs: Vec::new(),
         }
     }
 
@@ -421,7 +448,7 @@ mod tests {
              wait_avg_ns,wait_p50_ns,wait_p99_ns,wait_max_ns,hold_total_ns,hold_avg_ns,hold_p50_ns,\
              hold_p99_ns,hold_max_ns,dropped\n\
              pipe-mutex,0xffff888001234000,4242,pipe:[4242],herd(10) herd(11),tracepoint (tp_btf),,3,1,\
-             4300,1433,255,4000,4000,,,,,,\n"
+             4300,1433,255,4000,4000,,,,,,2\n"
         );
     }
 
@@ -438,7 +465,11 @@ mod tests {
         );
         assert!(text.contains("pipe:[4242]"));
         assert!(text.contains("n/a"));
-        assert!(text.contains("dropped events: none"));
+        assert!(
+            text.contains("dropped events: untimed on traced locks 2"),
+            "per-lock drops are summed: {text}"
+        );
+        assert!(text.contains("note: lockref: n/a in tracepoint mode"), "{text}");
     }
 
     #[test]

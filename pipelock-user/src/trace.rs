@@ -51,6 +51,8 @@ pub enum ClassArg {
     PipeWait,
     /// Other locks contended inside pipe read/write (scheduler locks of wake-ups).
     Other,
+    /// dentry->d_lockref, at the callers of lockref_* (fentry/kprobe mode).
+    Lockref,
 }
 
 impl ClassArg {
@@ -59,6 +61,7 @@ impl ClassArg {
             Self::PipeMutex => 1 << class::PIPE_MUTEX,
             Self::PipeWait => (1 << class::PIPE_RD_WAIT) | (1 << class::PIPE_WR_WAIT),
             Self::Other => 1 << class::OTHER_IN_PIPE_CALL,
+            Self::Lockref => 1 << class::LOCKREF,
         }
     }
 }
@@ -79,7 +82,12 @@ const SYSCALLS: [u32; 4] = [0, 1, 19, 20];
 pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, Error> {
     let off = |t: &str, m: &str| btf.offset_of(t, m);
     let classes = if filters.classes.is_empty() {
-        vec![ClassArg::PipeMutex, ClassArg::PipeWait, ClassArg::Other]
+        vec![
+            ClassArg::PipeMutex,
+            ClassArg::PipeWait,
+            ClassArg::Other,
+            ClassArg::Lockref,
+        ]
     } else {
         filters.classes.clone()
     };
@@ -103,7 +111,24 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         nr_writev: SYSCALLS[3],
         filter_tgid: filters.tgid.unwrap_or(0),
         class_mask: classes.iter().fold(0, |m, c| m | c.mask()),
+        path_dentry: off("path", "dentry")?,
+        dentry_lockref: off("dentry", "d_lockref.lock")?,
+        dentry_name: off("dentry", "d_name.name")?,
+        filter_comm_set: u32::from(filters.comm.is_some()),
+        filter_comm: comm_bytes(filters.comm.as_deref().unwrap_or(""))?,
     })
+}
+
+/// A `-c COMM` as the kernel stores it: at most 15 bytes, NUL-padded (a
+/// longer name is cut like the kernel cuts the task's).
+fn comm_bytes(comm: &str) -> Result<[u8; 16], Error> {
+    if comm.contains('\0') {
+        return Err(Error::Usage("-c: a command name cannot contain NUL".to_owned()));
+    }
+    let mut bytes = [0u8; 16];
+    let len = comm.len().min(15);
+    bytes[..len].copy_from_slice(&comm.as_bytes()[..len]);
+    Ok(bytes)
 }
 
 /// The mode a tracer ended up with.
@@ -126,36 +151,33 @@ pub struct Tracer {
     ebpf: Ebpf,
     attached: Attached,
     started: Instant,
-    comm_filter: Option<String>,
+    _stats: Option<crate::progstats::StatsGuard>,
+    /// What the report must say this mode or kernel could not measure.
+    notes: Vec<String>,
 }
 
-/// One fentry-mode hook: the programs to attach to the function `hook`
-/// resolves to here. A hook that is not `required` is skipped where the
-/// kernel lacks the function.
-struct FentryHook {
+/// One hooked kernel function and the programs attached to it in each
+/// hooked mode. A hook is attached when a selected class needs it; one that
+/// is not `required` is skipped, with a note, where the kernel lacks it.
+struct HookPrograms {
     hook: crate::attach::Hook,
-    entry: &'static str,
-    exit: Option<&'static str>,
+    /// `1 << class` of each class whose numbers come from this hook.
+    classes: u32,
+    fentry: &'static str,
+    fexit: Option<&'static str>,
+    kprobe: &'static str,
+    kretprobe: Option<&'static str>,
     required: bool,
 }
 
-const fn hook(
-    hook: crate::attach::Hook,
-    entry: &'static str,
-    exit: Option<&'static str>,
-    required: bool,
-) -> FentryHook {
-    FentryHook {
-        hook,
-        entry,
-        exit,
-        required,
-    }
-}
+const PIPE_CLASSES: u32 = (1 << class::PIPE_MUTEX) | (1 << class::PIPE_RD_WAIT) | (1 << class::PIPE_WR_WAIT);
+const WAIT_CLASSES: u32 = (1 << class::PIPE_RD_WAIT) | (1 << class::PIPE_WR_WAIT);
+const LOCKREF_CLASS: u32 = 1 << class::LOCKREF;
 
-const FENTRY_HOOKS: [FentryHook; 8] = {
+const HOOKS: [HookPrograms; 12] = {
     use crate::attach::{
-        Hook, MUTEX_LOCK, MUTEX_UNLOCK, PIPE_READ, PIPE_WRITE, SPIN_LOCK_IRQSAVE, SPIN_UNLOCK_IRQRESTORE,
+        DPUT, Hook, LEGITIMIZE_PATH, MUTEX_LOCK, MUTEX_UNLOCK, PIPE_READ, PIPE_WRITE, SPIN_LOCK,
+        SPIN_LOCK_IRQSAVE, SPIN_UNLOCK, SPIN_UNLOCK_IRQRESTORE,
     };
     use programs::*;
     // 6.1 also takes rd_wait.lock with spin_lock_irq around head/tail updates.
@@ -167,27 +189,141 @@ const FENTRY_HOOKS: [FentryHook; 8] = {
         role: "spinlock unlock irq",
         candidates: &["_raw_spin_unlock_irq"],
     };
+    const fn hook(
+        hook: Hook,
+        classes: u32,
+        (fentry, fexit): (&'static str, Option<&'static str>),
+        (kprobe, kretprobe): (&'static str, Option<&'static str>),
+        required: bool,
+    ) -> HookPrograms {
+        HookPrograms {
+            hook,
+            classes,
+            fentry,
+            fexit,
+            kprobe,
+            kretprobe,
+            required,
+        }
+    }
+    let read = (KP_PIPE_READ_ENTRY, Some(KP_PIPE_READ_EXIT));
+    let write = (KP_PIPE_WRITE_ENTRY, Some(KP_PIPE_WRITE_EXIT));
+    // A kprobe program attaches to several functions: irqsave and irq share.
+    let spin = (KP_SPIN_LOCK_ENTRY, Some(KP_SPIN_LOCK_EXIT));
+    let unspin = (KP_SPIN_UNLOCK_ENTRY, None);
     [
-        hook(PIPE_READ, PIPE_READ_ENTRY, Some(PIPE_READ_EXIT), true),
-        hook(PIPE_WRITE, PIPE_WRITE_ENTRY, Some(PIPE_WRITE_EXIT), true),
-        hook(MUTEX_LOCK, MUTEX_LOCK_ENTRY, Some(MUTEX_LOCK_EXIT), true),
-        hook(MUTEX_UNLOCK, MUTEX_UNLOCK_ENTRY, None, true),
+        hook(PIPE_READ, PIPE_CLASSES, (PIPE_READ_ENTRY, Some(PIPE_READ_EXIT)), read, true),
+        hook(PIPE_WRITE, PIPE_CLASSES, (PIPE_WRITE_ENTRY, Some(PIPE_WRITE_EXIT)), write, true),
         hook(
-            SPIN_LOCK_IRQSAVE,
-            SPIN_LOCK_IRQSAVE_ENTRY,
-            Some(SPIN_LOCK_IRQSAVE_EXIT),
+            MUTEX_LOCK,
+            1 << class::PIPE_MUTEX,
+            (MUTEX_LOCK_ENTRY, Some(MUTEX_LOCK_EXIT)),
+            (KP_MUTEX_LOCK_ENTRY, Some(KP_MUTEX_LOCK_EXIT)),
             true,
         ),
-        hook(SPIN_UNLOCK_IRQRESTORE, SPIN_UNLOCK_IRQRESTORE_ENTRY, None, true),
+        hook(
+            MUTEX_UNLOCK,
+            1 << class::PIPE_MUTEX,
+            (MUTEX_UNLOCK_ENTRY, None),
+            (KP_MUTEX_UNLOCK_ENTRY, None),
+            true,
+        ),
+        hook(
+            SPIN_LOCK_IRQSAVE,
+            WAIT_CLASSES,
+            (SPIN_LOCK_IRQSAVE_ENTRY, Some(SPIN_LOCK_IRQSAVE_EXIT)),
+            spin,
+            true,
+        ),
+        hook(
+            SPIN_UNLOCK_IRQRESTORE,
+            WAIT_CLASSES,
+            (SPIN_UNLOCK_IRQRESTORE_ENTRY, None),
+            unspin,
+            true,
+        ),
         hook(
             SPIN_LOCK_IRQ,
-            SPIN_LOCK_IRQ_ENTRY,
-            Some(SPIN_LOCK_IRQ_EXIT),
+            WAIT_CLASSES,
+            (SPIN_LOCK_IRQ_ENTRY, Some(SPIN_LOCK_IRQ_EXIT)),
+            spin,
             false,
         ),
-        hook(SPIN_UNLOCK_IRQ, SPIN_UNLOCK_IRQ_ENTRY, None, false),
+        hook(SPIN_UNLOCK_IRQ, WAIT_CLASSES, (SPIN_UNLOCK_IRQ_ENTRY, None), unspin, false),
+        hook(
+            LEGITIMIZE_PATH,
+            LOCKREF_CLASS,
+            (LOCKREF_GET_ENTRY, Some(LOCKREF_GET_EXIT)),
+            (KP_LOCKREF_GET_ENTRY, Some(KP_LOCKREF_EXIT)),
+            false,
+        ),
+        hook(
+            DPUT,
+            LOCKREF_CLASS,
+            (LOCKREF_PUT_ENTRY, Some(LOCKREF_PUT_EXIT)),
+            (KP_LOCKREF_PUT_ENTRY, Some(KP_LOCKREF_EXIT)),
+            false,
+        ),
+        hook(
+            SPIN_LOCK,
+            LOCKREF_CLASS,
+            (DENTRY_SPIN_LOCK_ENTRY, Some(DENTRY_SPIN_LOCK_EXIT)),
+            (KP_DENTRY_SPIN_LOCK_ENTRY, Some(KP_DENTRY_SPIN_LOCK_EXIT)),
+            false,
+        ),
+        hook(
+            SPIN_UNLOCK,
+            LOCKREF_CLASS,
+            (DENTRY_SPIN_UNLOCK_ENTRY, None),
+            (KP_DENTRY_SPIN_UNLOCK_ENTRY, None),
+            false,
+        ),
     ]
 };
+
+/// The hooks the selected classes need, each with the function it resolves
+/// to here (None: not on this kernel). Fails if a required one is missing.
+fn resolve_hooks(
+    class_mask: u32,
+    traceable: impl Fn(&str) -> bool,
+) -> Result<Vec<(&'static HookPrograms, Option<&'static str>)>, Error> {
+    let mut resolved = Vec::new();
+    for programs in HOOKS.iter().filter(|h| h.classes & class_mask != 0) {
+        let target = programs.hook.candidates.iter().copied().find(|f| traceable(f));
+        if target.is_none() && programs.required {
+            return Err(Error::Usage(format!(
+                "no traceable {} function ({:?})",
+                programs.hook.role, programs.hook.candidates
+            )));
+        }
+        resolved.push((programs, target));
+    }
+    Ok(resolved)
+}
+
+/// Notes for the report on classes a hooked mode could not fully cover.
+fn missing_hook_notes(resolved: &[(&HookPrograms, Option<&str>)]) -> Vec<String> {
+    resolved
+        .iter()
+        .filter(|(_, target)| target.is_none())
+        .map(|(p, _)| {
+            format!(
+                "{}: no traceable {} function ({}) on this kernel; its numbers are missing",
+                class_list(p.classes),
+                p.hook.role,
+                p.hook.candidates.join(", ")
+            )
+        })
+        .collect()
+}
+
+fn class_list(mask: u32) -> String {
+    (0..32)
+        .filter(|c| mask & (1 << c) != 0)
+        .map(lockstats::class_name)
+        .collect::<Vec<_>>()
+        .join("/")
+}
 
 impl Tracer {
     pub fn attach(mode: ModeArg, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
@@ -211,46 +347,65 @@ impl Tracer {
                 .load(crate::ebpf::OBJECT)
                 .map_err(|source| Error::Load { source })
         };
-        let attached = match mode {
-            ModeArg::Tracepoint => Attached::Tracepoint {
-                kind: attach_contention(&mut ebpf)?,
-                fallback: None,
-            },
-            ModeArg::Fentry => {
-                attach_fentry(&mut ebpf, &inspector, &btf)?;
-                Attached::Fentry
-            }
-            ModeArg::Kprobe => {
-                attach_kprobe(&mut ebpf, &inspector)?;
-                Attached::Kprobe { fallback: None }
-            }
+        let mask = config.class_mask;
+        let (attached, mut notes) = match mode {
+            ModeArg::Tracepoint => (
+                Attached::Tracepoint {
+                    kind: attach_contention(&mut ebpf)?,
+                    fallback: None,
+                },
+                Vec::new(),
+            ),
+            ModeArg::Fentry => (Attached::Fentry, attach_fentry(&mut ebpf, &inspector, &btf, mask)?),
+            ModeArg::Kprobe => (
+                Attached::Kprobe { fallback: None },
+                attach_kprobe(&mut ebpf, &inspector, mask)?,
+            ),
             // Each failed attempt drops its object, which detaches whatever
             // part of it did attach, and starts from a fresh one.
-            ModeArg::Auto => match attach_fentry(&mut ebpf, &inspector, &btf) {
-                Ok(()) => Attached::Fentry,
+            ModeArg::Auto => match attach_fentry(&mut ebpf, &inspector, &btf, mask) {
+                Ok(notes) => (Attached::Fentry, notes),
                 Err(fentry_err) => {
                     let why = format!("fentry: {}", one_line(&fentry_err));
                     ebpf = load()?;
-                    match attach_kprobe(&mut ebpf, &inspector) {
-                        Ok(()) => Attached::Kprobe { fallback: Some(why) },
+                    match attach_kprobe(&mut ebpf, &inspector, mask) {
+                        Ok(notes) => (Attached::Kprobe { fallback: Some(why) }, notes),
                         Err(kprobe_err) => {
                             ebpf = load()?;
                             let kind = attach_contention(&mut ebpf)?;
                             let why = format!("{why}; kprobe: {}", one_line(&kprobe_err));
-                            Attached::Tracepoint {
-                                kind,
-                                fallback: Some(why),
-                            }
+                            (
+                                Attached::Tracepoint {
+                                    kind,
+                                    fallback: Some(why),
+                                },
+                                Vec::new(),
+                            )
                         }
                     }
                 }
             },
         };
+        let hooked = !matches!(attached, Attached::Tracepoint { .. });
+        if !hooked && mask & LOCKREF_CLASS != 0 {
+            notes.push(
+                "lockref: n/a in tracepoint mode (needs fentry or kprobe on the callers of the notrace lockref_* \
+                 functions)"
+                    .to_owned(),
+            );
+        }
+        if hooked && mask & (1 << class::OTHER_IN_PIPE_CALL) != 0 {
+            notes.push(
+                "other-in-pipe-call: only the tracepoint mode attributes other contended locks to pipe calls"
+                    .to_owned(),
+            );
+        }
         Ok(Self {
             ebpf,
             attached,
             started: Instant::now(),
-            comm_filter: filters.comm.clone(),
+            _stats: crate::progstats::StatsGuard::enable(),
+            notes,
         })
     }
 
@@ -303,6 +458,7 @@ impl Tracer {
                 merged.acquisitions += cpu.acquisitions;
                 merged.contentions += cpu.contentions;
                 merged.spin_only += cpu.spin_only;
+                merged.dropped += cpu.dropped;
                 lockstats::merge(&mut merged.wait, &cpu.wait);
                 lockstats::merge(&mut merged.hold, &cpu.hold);
             }
@@ -316,18 +472,24 @@ impl Tracer {
             }
             users.sort();
             users.dedup();
-            if let Some(wanted) = &self.comm_filter
-                && !users.iter().any(|(_, comm)| comm == wanted)
-            {
-                continue;
-            }
             let class = lock_info.map_or(0, |i| i.class);
-            let pipe_ino = lock_info.map(|i| i.ino).filter(|ino| *ino != 0);
+            let pipe_ino = lock_info
+                .filter(|i| i.class != class::LOCKREF)
+                .map(|i| i.ino)
+                .filter(|ino| *ino != 0);
             let pipe = pipe_ino.map_or_else(|| "pipe:[?]".to_owned(), |ino| format!("pipe:[{ino}]"));
-            let name = if class == class::OTHER_IN_PIPE_CALL {
-                format!("{lock:#x} in {pipe} call")
-            } else {
-                pipe
+            let name = match class {
+                class::OTHER_IN_PIPE_CALL => format!("{lock:#x} in {pipe} call"),
+                class::LOCKREF => {
+                    let name = lock_info.map(|i| i.name).unwrap_or_default();
+                    let name = String::from_utf8_lossy(name.split(|b| *b == 0).next().unwrap_or(&[]));
+                    if name.is_empty() {
+                        "dentry:?".to_owned()
+                    } else {
+                        format!("dentry:{name}")
+                    }
+                }
+                _ => pipe,
             };
             rows.push(LockRow {
                 class: lockstats::class_name(class),
@@ -339,6 +501,7 @@ impl Tracer {
                 acquisitions: hooked.then_some(merged.acquisitions),
                 contentions: merged.contentions,
                 spin_only: merged.spin_only,
+                dropped: merged.dropped,
                 wait: Timing::from_hist(&merged.wait),
                 hold: if hooked {
                     Timing::from_hist(&merged.hold)
@@ -364,6 +527,11 @@ impl Tracer {
             let per_cpu = drops.get(&(*reason as u32), 0).map_err(map_err(maps::DROPS))?;
             dropped.insert(name.to_owned(), per_cpu.iter().sum());
         }
+        let programs = crate::progstats::collect(&self.ebpf);
+        dropped.insert(
+            "recursion_misses".to_owned(),
+            programs.iter().map(|p| p.recursion_misses).sum(),
+        );
         Ok(TraceReport {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .unwrap_or_default()
@@ -379,13 +547,21 @@ impl Tracer {
             locks: rows,
             drops: dropped,
             percentile_resolution: PERCENTILE_RESOLUTION,
+            notes: self.notes.clone(),
+            programs,
         })
     }
 }
 
-/// Attaches every fentry/fexit hook to the function its role resolves to on
-/// this kernel (kallsyms + BTF), and the contention marker.
-fn attach_fentry(ebpf: &mut Ebpf, inspector: &KernelInspector, kernel_btf: &KernelBtf) -> Result<(), Error> {
+/// Attaches every fentry/fexit hook the selected classes need to the
+/// function its role resolves to on this kernel (kallsyms + BTF), and the
+/// contention marker. Returns notes on hooks this kernel lacks.
+fn attach_fentry(
+    ebpf: &mut Ebpf,
+    inspector: &KernelInspector,
+    kernel_btf: &KernelBtf,
+    class_mask: u32,
+) -> Result<Vec<String>, Error> {
     let kallsyms = inspector.kallsyms()?;
     let btf = Btf::from_sys_fs().map_err(|source| Error::Load {
         source: source.into(),
@@ -398,66 +574,43 @@ fn attach_fentry(ebpf: &mut Ebpf, inspector: &KernelInspector, kernel_btf: &Kern
             source,
         }
     };
-    for FentryHook {
-        hook,
-        entry,
-        exit,
-        required,
-    } in FENTRY_HOOKS
-    {
-        let target = hook
-            .candidates
-            .iter()
-            .copied()
-            .find(|f| kallsyms.has_function(f) && kernel_btf.has_function(f));
-        let Some(target) = target else {
-            if required {
-                return Err(Error::Usage(format!(
-                    "no traceable {} function ({:?})",
-                    hook.role, hook.candidates
-                )));
-            }
-            continue;
-        };
-        let prog: &mut aya::programs::FEntry = crate::ebpf::program_mut(ebpf, entry)?;
-        prog.load(target, &btf).map_err(fail("load", entry))?;
-        prog.attach().map_err(fail("attach", entry))?;
-        if let Some(exit) = exit {
+    let resolved = resolve_hooks(class_mask, |f| {
+        kallsyms.has_function(f) && kernel_btf.has_function(f)
+    })?;
+    for (programs, target) in &resolved {
+        let Some(target) = target else { continue };
+        let prog: &mut aya::programs::FEntry = crate::ebpf::program_mut(ebpf, programs.fentry)?;
+        prog.load(target, &btf).map_err(fail("load", programs.fentry))?;
+        prog.attach().map_err(fail("attach", programs.fentry))?;
+        if let Some(exit) = programs.fexit {
             let prog: &mut aya::programs::FExit = crate::ebpf::program_mut(ebpf, exit)?;
             prog.load(target, &btf).map_err(fail("load", exit))?;
             prog.attach().map_err(fail("attach", exit))?;
         }
     }
-    let prog: &mut BtfTracePoint = crate::ebpf::program_mut(ebpf, programs::HOOKED_CONTENTION_BEGIN)?;
-    prog.load("contention_begin", &btf)
-        .map_err(fail("load", programs::HOOKED_CONTENTION_BEGIN))?;
-    prog.attach()
-        .map_err(fail("attach", programs::HOOKED_CONTENTION_BEGIN))?;
-    Ok(())
+    if class_mask & PIPE_CLASSES != 0 {
+        let prog: &mut BtfTracePoint = crate::ebpf::program_mut(ebpf, programs::HOOKED_CONTENTION_BEGIN)?;
+        prog.load("contention_begin", &btf)
+            .map_err(fail("load", programs::HOOKED_CONTENTION_BEGIN))?;
+        prog.attach()
+            .map_err(fail("attach", programs::HOOKED_CONTENTION_BEGIN))?;
+    }
+    Ok(missing_hook_notes(&resolved))
 }
 
-/// The fentry hooks' logic on kprobes/kretprobes: a kprobe program can attach
-/// to several functions, so the spinlock programs serve irqsave and irq.
-fn attach_kprobe(ebpf: &mut Ebpf, inspector: &KernelInspector) -> Result<(), Error> {
+/// The fentry hooks' logic on kprobes/kretprobes.
+fn attach_kprobe(ebpf: &mut Ebpf, inspector: &KernelInspector, class_mask: u32) -> Result<Vec<String>, Error> {
     if !inspector.has_kprobes() {
         return Err(Error::Usage(
             "no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned(),
         ));
     }
     let kallsyms = inspector.kallsyms()?;
+    let resolved = resolve_hooks(class_mask, |f| kallsyms.has_function(f))?;
     let mut loaded = std::collections::HashSet::new();
-    for FentryHook { hook, required, .. } in FENTRY_HOOKS {
-        let Some(target) = hook.candidates.iter().copied().find(|f| kallsyms.has_function(f)) else {
-            if required {
-                return Err(Error::Usage(format!(
-                    "no {} function ({:?})",
-                    hook.role, hook.candidates
-                )));
-            }
-            continue;
-        };
-        let (entry, exit) = kprobe_programs(hook.role);
-        for program in std::iter::once(entry).chain(exit) {
+    for (programs, target) in &resolved {
+        let Some(target) = target else { continue };
+        for program in std::iter::once(programs.kprobe).chain(programs.kretprobe) {
             let prog: &mut aya::programs::KProbe = crate::ebpf::program_mut(ebpf, program)?;
             let fail = |action| {
                 let program = program.to_owned();
@@ -470,33 +623,26 @@ fn attach_kprobe(ebpf: &mut Ebpf, inspector: &KernelInspector) -> Result<(), Err
             if loaded.insert(program) {
                 prog.load().map_err(fail("load"))?;
             }
-            prog.attach(target, 0).map_err(fail("attach"))?;
+            prog.attach(*target, 0).map_err(fail("attach"))?;
         }
     }
+    let mut notes = missing_hook_notes(&resolved);
     // Best effort: without it, contended acquisitions are not flagged.
-    if let Ok(btf) = Btf::from_sys_fs() {
+    if class_mask & PIPE_CLASSES != 0
+        && let Ok(btf) = Btf::from_sys_fs()
+    {
         let prog: &mut BtfTracePoint = crate::ebpf::program_mut(ebpf, programs::HOOKED_CONTENTION_BEGIN)?;
         if let Err(err) = prog
             .load("contention_begin", &btf)
             .and_then(|()| prog.attach().map(drop))
         {
-            log::warn!("contended acquisitions will not be flagged: {}", one_line(&err));
+            notes.push(format!(
+                "contended pipe lock acquisitions are not flagged: {}",
+                one_line(&err)
+            ));
         }
     }
-    Ok(())
-}
-
-/// The kprobe programs (entry, optional kretprobe) for a hook role.
-fn kprobe_programs(role: &str) -> (&'static str, Option<&'static str>) {
-    use programs::*;
-    match role {
-        "pipe read entry" => (KP_PIPE_READ_ENTRY, Some(KP_PIPE_READ_EXIT)),
-        "pipe write entry" => (KP_PIPE_WRITE_ENTRY, Some(KP_PIPE_WRITE_EXIT)),
-        "mutex lock" => (KP_MUTEX_LOCK_ENTRY, Some(KP_MUTEX_LOCK_EXIT)),
-        "mutex unlock" => (KP_MUTEX_UNLOCK_ENTRY, None),
-        "spinlock irqsave" | "spinlock irq" => (KP_SPIN_LOCK_ENTRY, Some(KP_SPIN_LOCK_EXIT)),
-        _ => (KP_SPIN_UNLOCK_ENTRY, None),
-    }
+    Ok(notes)
 }
 
 /// tp_btf first (typed arguments, cheaper), the classic tracepoint otherwise.

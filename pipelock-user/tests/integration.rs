@@ -60,6 +60,10 @@ const TESTS: &[Test] = tests![
     Kernel fentry_times_wait_queue_locks_of_a_herd,
     Kernel kprobe_counts_every_pipe_mutex_acquisition,
     Kernel kprobe_times_wait_queue_locks_of_a_herd,
+    Kernel fentry_counts_lockref_calls_of_a_stat_storm,
+    Kernel kprobe_counts_lockref_calls_of_a_stat_storm,
+    Kernel tracepoint_mode_says_lockref_is_unavailable,
+    Kernel comm_filter_keeps_only_that_command,
 ];
 
 /// Set by the VM's init (`cargo xtask vm-test`).
@@ -108,10 +112,44 @@ fn exact_pipe_io(args: &[String]) -> ! {
     })
 }
 
+/// Helper mode for the lockref tests: `integration --stat-storm N DIR NAME`
+/// creates DIR/NAME, then from DIR stat()s `NAME` exactly N times, from one
+/// thread (a relative path: no extra reference on the root is taken).
+fn stat_storm(args: &[String]) -> ! {
+    let run = || -> Result<()> {
+        let n: u64 = args.first().context("N")?.parse()?;
+        let dir = Path::new(args.get(1).context("DIR")?);
+        let name = args.get(2).context("NAME")?;
+        fs::create_dir_all(dir)?;
+        fs::write(dir.join(name), b"lockref target\n")?;
+        std::env::set_current_dir(dir)?;
+        let c_name = std::ffi::CString::new(name.as_str())?;
+        for _ in 0..n {
+            // SAFETY: a NUL-terminated path and a stat buffer we own.
+            let rc = unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                libc::stat(c_name.as_ptr(), &mut st)
+            };
+            ensure!(rc == 0, "stat failed");
+        }
+        Ok(())
+    };
+    std::process::exit(match run() {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("stat-storm: {err:#}");
+            1
+        }
+    })
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).is_some_and(|a| a == "--exact-pipe-io") {
         exact_pipe_io(&args[2..]);
+    }
+    if args.get(1).is_some_and(|a| a == "--stat-storm") {
+        stat_storm(&args[2..]);
     }
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
@@ -1205,5 +1243,120 @@ fn cpus_pin_every_worker() -> Result<Outcome> {
         counters["context_switches"].as_u64().unwrap_or(0) > 0,
         "4 processes on one CPU never switched"
     );
+    Ok(Outcome::Passed)
+}
+
+/// `pipelock trace --mode MODE --class lockref` around this binary's
+/// `--stat-storm N`: the JSON report and the name of the file stat()ed.
+fn trace_stat_storm(mode: &str, n: u64) -> Result<(serde_json::Value, String)> {
+    let json = scratch(&format!("{mode}-stat.json"));
+    let dir = scratch(&format!("{mode}-stat.d"));
+    let name = format!("lockref-{}-{mode}", std::process::id());
+    let out = run(pipelock()
+        .args(["trace", "--mode", mode, "--class", "lockref", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(std::env::current_exe()?)
+        .args(["--stat-storm", &n.to_string()])
+        .arg(&dir)
+        .arg(&name))?;
+    let report = fs::read_to_string(&json);
+    let _ = (fs::remove_file(&json), fs::remove_dir_all(&dir));
+    ensure!(out.status.success(), "trace: {}", text(&out.stderr));
+    Ok((serde_json::from_str(&report?)?, name))
+}
+
+fn fentry_counts_lockref_calls_of_a_stat_storm() -> Result<Outcome> {
+    hooks_count_lockref_calls_of_a_stat_storm("fentry")
+}
+
+fn kprobe_counts_lockref_calls_of_a_stat_storm() -> Result<Outcome> {
+    hooks_count_lockref_calls_of_a_stat_storm("kprobe")
+}
+
+/// N stat() calls of one path: one lockref get (`__legitimize_path`) and one
+/// put (`dput`) on that file's dentry per call, so ≈ 2N calls in its row.
+fn hooks_count_lockref_calls_of_a_stat_storm(mode: &str) -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    if let Some(why) = mode_refusal(mode)? {
+        return Ok(Outcome::Skipped(why));
+    }
+    const N: u64 = 2000;
+    let (report, name) = trace_stat_storm(mode, N)?;
+    ensure!(report["mode"] == mode, "mode {}", report["mode"]);
+    let locks = report["locks"].as_array().context("no locks array")?;
+    let row = locks
+        .iter()
+        .find(|r| r["class"] == "lockref" && r["name"] == format!("dentry:{name}"))
+        .with_context(|| format!("no lockref row for dentry:{name}: {report}"))?;
+    let calls = row["acquisitions"].as_u64().context("no acquisitions")?;
+    ensure!(
+        (2 * N * 9 / 10..=2 * N * 11 / 10).contains(&calls),
+        "{calls} lockref calls for {N} stat()s, want ≈ {}",
+        2 * N
+    );
+    ensure!(row["wait"]["count"] == calls, "call latency not recorded per call: {row}");
+    let fallbacks = row["contentions"].as_u64().context("no contentions")?;
+    ensure!(fallbacks <= calls, "more fallbacks than calls: {row}");
+    let holds = row["hold"]["count"].as_u64().unwrap_or(0);
+    ensure!(
+        holds <= fallbacks,
+        "{holds} spinlock holds but only {fallbacks} fallbacks: {row}"
+    );
+    ensure!(
+        row["comms"].as_array().is_some_and(|c| !c.is_empty()),
+        "no process recorded: {row}"
+    );
+    println!("  dentry:{name}: {calls} calls for {N} stat()s, {fallbacks} spinlock fallbacks");
+    Ok(Outcome::Passed)
+}
+
+fn tracepoint_mode_says_lockref_is_unavailable() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    let (report, _) = trace_stat_storm("tracepoint", 10)?;
+    let notes = report["notes"].as_array().context("no notes")?;
+    ensure!(
+        notes
+            .iter()
+            .any(|n| n.as_str().is_some_and(|n| n.starts_with("lockref: n/a"))),
+        "tracepoint mode does not say lockref is unavailable: {notes:?}"
+    );
+    ensure!(
+        !report["locks"].as_array().context("no locks")?.iter().any(|r| r["class"] == "lockref"),
+        "tracepoint mode invented lockref rows: {report}"
+    );
+    Ok(Outcome::Passed)
+}
+
+/// `-c COMM` filters in the kernel: a herd traced with a comm nobody has
+/// yields no rows, and with the herd's own comm only its processes.
+fn comm_filter_keeps_only_that_command() -> Result<Outcome> {
+    let limit = if in_vm() { "20000" } else { "50000" };
+    let herd = ["run", "pipe-herd", "-k", "5", "--limit", limit, "-q"];
+    let report = match trace_json(&["--mode", "tracepoint", "-c", "no-such-comm"], &herd)? {
+        Ok(report) => report,
+        Err(skip) => return Ok(skip),
+    };
+    let rows = report["locks"].as_array().context("no locks")?;
+    ensure!(rows.is_empty(), "-c no-such-comm still recorded: {rows:?}");
+    let report = match trace_json(&["--mode", "tracepoint", "-c", "pipelock"], &herd)? {
+        Ok(report) => report,
+        Err(skip) => return Ok(skip),
+    };
+    let rows = report["locks"].as_array().context("no locks")?;
+    ensure!(!rows.is_empty(), "-c pipelock recorded nothing of its own herd");
+    for row in rows {
+        let comms = row["comms"].as_array().context("no comms")?;
+        ensure!(
+            comms
+                .iter()
+                .all(|c| c.as_str().is_some_and(|c| c.starts_with("pipelock("))),
+            "a process other than pipelock on a -c pipelock row: {row}"
+        );
+    }
     Ok(Outcome::Passed)
 }

@@ -1,0 +1,247 @@
+//! Lockref class (fentry and kprobe modes): `dentry->d_lockref`.
+//!
+//! The `lockref_*` functions are notrace on every kernel, so they are
+//! measured at their traceable callers: `__legitimize_path` (get) and `dput`
+//! (put). Each call is one acquisition; its latency is the wait (an upper
+//! bound on the lockref operation: the caller does a little more). A call
+//! that takes the dentry's own spinlock (`d_lock` is `d_lockref.lock`) fell
+//! back from the lockless cmpxchg loop: that is a contention, and the time
+//! the spinlock is held is the hold. The cmpxchg retry count is invisible.
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes},
+    macros::{fentry, fexit, kprobe, kretprobe, map},
+    maps::HashMap,
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
+};
+use pipelock_common::{Drop, LockInfo, TaskLockref, class};
+
+use crate::pipe_contention::{LOCK_INFO, config, count_drop, note_user, read, record, stats_of, wanted};
+
+#[map]
+static TASK_LOCKREF: HashMap<u32, TaskLockref> = HashMap::with_max_entries(16384, 0);
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Entry of a caller working on `dentry`'s lockref.
+#[inline(always)]
+fn enter(dentry: u64) {
+    if dentry == 0 {
+        return;
+    }
+    let cfg = config();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !wanted(&cfg, (pid_tgid >> 32) as u32) {
+        return;
+    }
+    let tid = pid_tgid as u32;
+    if let Some(state) = TASK_LOCKREF.get_ptr_mut(tid) {
+        // SAFETY: this task's own entry; no other task writes it.
+        unsafe { (*state).depth += 1 };
+        return;
+    }
+    let state = TaskLockref {
+        lockref: dentry + cfg.dentry_lockref as u64,
+        dentry,
+        start: now(),
+        depth: 1,
+        ..TaskLockref::default()
+    };
+    if TASK_LOCKREF.insert(tid, state, 0).is_err() {
+        count_drop(Drop::PendingFull);
+    }
+}
+
+/// Return of a caller: the outermost one records the call.
+#[inline(always)]
+fn leave() {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let Some(state) = TASK_LOCKREF.get_ptr_mut(tid) else {
+        return;
+    };
+    // SAFETY: as in enter.
+    let state = unsafe { &mut *state };
+    state.depth = state.depth.saturating_sub(1);
+    if state.depth > 0 {
+        return;
+    }
+    let done = *state;
+    let _ = TASK_LOCKREF.remove(tid);
+    let Some(stats) = stats_of(done.lockref) else {
+        return;
+    };
+    // SAFETY: this CPU's copy of the value.
+    unsafe {
+        (*stats).acquisitions += 1;
+        if done.fell_back != 0 {
+            (*stats).contentions += 1;
+        }
+        if done.hold_start != 0 || done.spin_start != 0 {
+            // The spinlock outlived the call: its hold cannot be timed here.
+            (*stats).dropped += 1;
+        }
+        record(&mut (*stats).wait, now().saturating_sub(done.start));
+    }
+    // SAFETY: a lookup only; the name is read once per lock.
+    if unsafe { LOCK_INFO.get(done.lockref) }.is_none() {
+        let mut info = LockInfo {
+            pipe: done.dentry,
+            ino: 0,
+            class: class::LOCKREF,
+            _pad: 0,
+            name: [0; 32],
+        };
+        if let Some(name) = read::<u64>(done.dentry + config().dentry_name as u64) {
+            // SAFETY: the helper bounds the copy to the buffer and fails cleanly.
+            let _ = unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, &mut info.name) };
+        }
+        let _ = LOCK_INFO.insert(done.lockref, info, BPF_NOEXIST as u64);
+    }
+    note_user(done.lockref, (pid_tgid >> 32) as u32);
+}
+
+/// `spin_lock` inside a caller, on the caller's own dentry lock.
+#[inline(always)]
+fn spin_call(lock: u64) {
+    let Some(state) = TASK_LOCKREF.get_ptr_mut(bpf_get_current_pid_tgid() as u32) else {
+        return;
+    };
+    // SAFETY: as in enter.
+    let state = unsafe { &mut *state };
+    if lock == state.lockref {
+        state.spin_start = now();
+    }
+}
+
+/// The spinlock was acquired. kretprobes carry no argument, but a task is in
+/// at most one `spin_lock` call at a time, so a pending one is this one.
+#[inline(always)]
+fn spin_acquired() {
+    let Some(state) = TASK_LOCKREF.get_ptr_mut(bpf_get_current_pid_tgid() as u32) else {
+        return;
+    };
+    // SAFETY: as in enter.
+    let state = unsafe { &mut *state };
+    if state.spin_start != 0 {
+        state.spin_start = 0;
+        state.fell_back = 1;
+        state.hold_start = now();
+    }
+}
+
+#[inline(always)]
+fn spin_released(lock: u64) {
+    let Some(state) = TASK_LOCKREF.get_ptr_mut(bpf_get_current_pid_tgid() as u32) else {
+        return;
+    };
+    // SAFETY: as in enter.
+    let state = unsafe { &mut *state };
+    if lock != state.lockref || state.hold_start == 0 {
+        return;
+    }
+    let held = now().saturating_sub(state.hold_start);
+    state.hold_start = 0;
+    if let Some(stats) = stats_of(lock) {
+        // SAFETY: this CPU's copy of the value.
+        unsafe { record(&mut (*stats).hold, held) };
+    }
+}
+
+/// `__legitimize_path(struct path *path, …)`: the dentry is `path->dentry`.
+#[inline(always)]
+fn enter_legitimize(path: u64) {
+    if let Some(dentry) = read::<u64>(path + config().path_dentry as u64) {
+        enter(dentry);
+    }
+}
+
+#[fentry]
+pub fn lockref_get_entry(ctx: FEntryContext) -> i32 {
+    enter_legitimize(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn lockref_get_exit(_ctx: FExitContext) -> i32 {
+    leave();
+    0
+}
+
+#[fentry]
+pub fn lockref_put_entry(ctx: FEntryContext) -> i32 {
+    enter(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn lockref_put_exit(_ctx: FExitContext) -> i32 {
+    leave();
+    0
+}
+
+#[fentry]
+pub fn dentry_spin_lock_entry(ctx: FEntryContext) -> i32 {
+    spin_call(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn dentry_spin_lock_exit(_ctx: FExitContext) -> i32 {
+    spin_acquired();
+    0
+}
+
+#[fentry]
+pub fn dentry_spin_unlock_entry(ctx: FEntryContext) -> i32 {
+    spin_released(ctx.arg(0));
+    0
+}
+
+#[kprobe]
+pub fn kp_lockref_get_entry(ctx: ProbeContext) -> u32 {
+    if let Some(path) = ctx.arg::<u64>(0) {
+        enter_legitimize(path);
+    }
+    0
+}
+
+#[kprobe]
+pub fn kp_lockref_put_entry(ctx: ProbeContext) -> u32 {
+    if let Some(dentry) = ctx.arg::<u64>(0) {
+        enter(dentry);
+    }
+    0
+}
+
+#[kretprobe]
+pub fn kp_lockref_exit(_ctx: RetProbeContext) -> u32 {
+    leave();
+    0
+}
+
+#[kprobe]
+pub fn kp_dentry_spin_lock_entry(ctx: ProbeContext) -> u32 {
+    if let Some(lock) = ctx.arg::<u64>(0) {
+        spin_call(lock);
+    }
+    0
+}
+
+#[kretprobe]
+pub fn kp_dentry_spin_lock_exit(_ctx: RetProbeContext) -> u32 {
+    spin_acquired();
+    0
+}
+
+#[kprobe]
+pub fn kp_dentry_spin_unlock_entry(ctx: ProbeContext) -> u32 {
+    if let Some(lock) = ctx.arg::<u64>(0) {
+        spin_released(lock);
+    }
+    0
+}
