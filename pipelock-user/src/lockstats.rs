@@ -266,11 +266,11 @@ pub fn render(report: &TraceReport, top: usize) -> String {
         .programs
         .iter()
         .fold((0, 0), |(r, t), p| (r + p.run_count, t + p.run_time_ns));
-    if runs > 0 {
+    if let Some(per_run) = run_ns.checked_div(runs) {
         out.push_str(&format!(
             "pipelock's programs: {runs} runs, {} in total, {} per run\n",
             human_ns(run_ns),
-            human_ns(run_ns / runs)
+            human_ns(per_run)
         ));
     }
     out.push_str(&format!(
