@@ -327,6 +327,9 @@ impl KernelFacts<'_> {
             }
         }
         match self.contention_tracepoint() {
+            // A contended d_lock looks like any other spinlock to the
+            // tracepoints: without hooks nothing ties it to a dentry.
+            Some(_) if class == LockClass::Lockref => ModeChoice::NeedsHooks,
             Some(kind) => ModeChoice::WaitOnly { kind },
             None => ModeChoice::Unavailable,
         }
@@ -358,6 +361,8 @@ pub enum ModeChoice {
     },
     /// Only the contention tracepoints: wait of contended acquisitions.
     WaitOnly { kind: TracepointKind },
+    /// Only the tracepoints work, and they cannot observe this class.
+    NeedsHooks,
     /// Nothing on this kernel can observe the class.
     Unavailable,
 }
@@ -367,7 +372,7 @@ impl ModeChoice {
         match self {
             Self::Hooks { mode, .. } => Some(*mode),
             Self::WaitOnly { .. } => Some(AttachMode::Tracepoint),
-            Self::Unavailable => None,
+            Self::NeedsHooks | Self::Unavailable => None,
         }
     }
 }
@@ -381,6 +386,9 @@ impl fmt::Display for ModeChoice {
             Self::WaitOnly { kind } => write!(
                 f,
                 "tracepoint ({kind}): wait of contended acquisitions only; hold n/a: needs fentry or kprobe"
+            ),
+            Self::NeedsHooks => f.write_str(
+                "n/a: needs fentry or kprobe (the tracepoints cannot tell a dentry's d_lock from other spinlocks)",
             ),
             Self::Unavailable => {
                 f.write_str("unavailable: no fentry, kprobe or lock:contention_* tracepoint")
@@ -433,13 +441,15 @@ mod tests {
         let recorded = inspector.recorded_support().unwrap().unwrap();
         assert!(matches!(&recorded.fentry, Support::Refused(why) if why.contains("Operation not permitted")));
         assert!(!recorded.kprobe.works());
-        for choice in choices("host-6.18.44", &recorded) {
-            assert_eq!(
-                choice,
+        for (class, choice) in LockClass::ALL.iter().zip(choices("host-6.18.44", &recorded)) {
+            let want = if *class == LockClass::Lockref {
+                ModeChoice::NeedsHooks
+            } else {
                 ModeChoice::WaitOnly {
-                    kind: TracepointKind::TpBtf
+                    kind: TracepointKind::TpBtf,
                 }
-            );
+            };
+            assert_eq!(choice, want, "{class:?}");
         }
     }
 

@@ -50,7 +50,7 @@ pub struct TraceArgs {
     /// Only this process (its tasks' contention; filtered in the kernel).
     #[arg(short, long, value_name = "PID")]
     pub pid: Option<u32>,
-    /// Only locks this command name (comm) was seen contending.
+    /// Only tasks with this command name (comm, as `ps -o comm` shows it; filtered in the kernel).
     #[arg(short, long, value_name = "COMM")]
     pub comm: Option<String>,
     /// Lock classes to record (default: all).
