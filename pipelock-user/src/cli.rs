@@ -56,9 +56,22 @@ pub struct TraceArgs {
     /// Lock classes to record (default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub class: Vec<crate::trace::ClassArg>,
-    /// Show the N locks with the most wait (files get all of them).
+    /// Show the N locks that lead by --sort (files get all of them).
     #[arg(short = 'n', long, value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// Order of the rows, largest first.
+    #[arg(long, value_enum, value_name = "KEY", default_value_t = crate::lockstats::SortKey::WaitTotal)]
+    pub sort: crate::lockstats::SortKey,
+    /// Print a report every SECS (cumulative; per interval with --reset).
+    /// With --csv, every interval appends its rows with a `timestamp` column.
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub interval: Option<Duration>,
+    /// With --interval: each report covers only its own interval.
+    #[arg(long, requires = "interval")]
+    pub reset: bool,
+    /// Also print each shown lock's wait and hold log2 histograms.
+    #[arg(long)]
+    pub hist: bool,
     /// Write one CSV row per lock (times in ns; unmeasured values empty).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
@@ -163,6 +176,7 @@ mod tests {
             "trace --mode tracepoint --duration 2 -p 1 -c cat --class pipe-mutex,pipe-wait,other -n 5 \
              --csv a.csv --json a.json -- sleep 1",
             "trace --mode fentry",
+            "trace --interval 0.5 --reset --sort hold-max --hist --csv a.csv --class lockref",
             "run pipe-throughput --duration 1 --passes 3 --copies 2 --runs 2 --cpus 0-1,3 --json a --csv b \
              -q --no-counters --trace --trace-mode tracepoint",
             "run pipe-herd -k 3 --limit 10 --cpus 0",

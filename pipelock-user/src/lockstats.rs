@@ -3,7 +3,7 @@
 //! Pure functions of the rows, so they are unit-tested with fixed inputs.
 use std::collections::BTreeMap;
 
-use pipelock_common::{Histogram, class};
+use pipelock_common::{Histogram, LockStats, class};
 use serde::Serialize;
 
 /// Percentiles come from log2 buckets: a reported p50/p99 is the upper edge
@@ -30,6 +30,52 @@ pub fn merge(into: &mut Histogram, from: &Histogram) {
     for (a, b) in into.buckets.iter_mut().zip(from.buckets.iter()) {
         *a += b;
     }
+}
+
+/// Adds one CPU's (or one interval's) statistics of a lock to another's.
+pub fn merge_stats(into: &mut LockStats, from: &LockStats) {
+    into.acquisitions += from.acquisitions;
+    into.contentions += from.contentions;
+    into.spin_only += from.spin_only;
+    into.dropped += from.dropped;
+    merge(&mut into.wait, &from.wait);
+    merge(&mut into.hold, &from.hold);
+}
+
+/// `--sort`: which figure orders the rows, largest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortKey {
+    Acquisitions,
+    Contentions,
+    #[default]
+    WaitTotal,
+    WaitMax,
+    HoldTotal,
+    HoldMax,
+}
+
+impl SortKey {
+    /// The row's figure for this key (unmeasured counts as 0).
+    pub fn value(self, row: &LockRow) -> u64 {
+        let (w, h) = (row.wait.as_ref(), row.hold.as_ref());
+        match self {
+            Self::Acquisitions => row.acquisitions.unwrap_or(0),
+            Self::Contentions => row.contentions,
+            Self::WaitTotal => w.map_or(0, |t| t.total_ns),
+            Self::WaitMax => w.map_or(0, |t| t.max_ns),
+            Self::HoldTotal => h.map_or(0, |t| t.total_ns),
+            Self::HoldMax => h.map_or(0, |t| t.max_ns),
+        }
+    }
+}
+
+/// Largest first; ties by address, so the order is stable between runs.
+pub fn sort_rows(rows: &mut [LockRow], key: SortKey) {
+    rows.sort_by(|a, b| {
+        key.value(b)
+            .cmp(&key.value(a))
+            .then(a.lock_addr.cmp(&b.lock_addr))
+    });
 }
 
 /// The value at quantile `q` (0..=1): upper bound of its bucket, clamped to max.
@@ -143,6 +189,22 @@ pub struct TraceReport {
 }
 
 impl TraceReport {
+    /// A report without locks (the header of an interval CSV is made from it).
+    pub fn empty() -> Self {
+        Self {
+            kernel: String::new(),
+            mode: String::new(),
+            hold_unavailable_reason: None,
+            duration_s: 0.0,
+            locks: Vec::new(),
+            totals: Vec::new(),
+            drops: BTreeMap::new(),
+            percentile_resolution: PERCENTILE_RESOLUTION,
+            notes: Vec::new(),
+            programs: Vec::new(),
+        }
+    }
+
     pub fn totals(locks: &[LockRow]) -> Vec<ClassTotal> {
         let mut totals: BTreeMap<&'static str, ClassTotal> = BTreeMap::new();
         for row in locks {
@@ -318,10 +380,50 @@ struct CsvRow<'a> {
     dropped: Option<u64>,
 }
 
+/// The CSV columns, in order (`--interval` files put `timestamp` first).
+pub const CSV_COLUMNS: [&str; 20] = [
+    "class",
+    "lock_addr",
+    "pipe_ino",
+    "name",
+    "comms",
+    "mode",
+    "acquisitions",
+    "contentions",
+    "spin_only",
+    "wait_total_ns",
+    "wait_avg_ns",
+    "wait_p50_ns",
+    "wait_p99_ns",
+    "wait_max_ns",
+    "hold_total_ns",
+    "hold_avg_ns",
+    "hold_p50_ns",
+    "hold_p99_ns",
+    "hold_max_ns",
+    "dropped",
+];
+
+/// The report as CSV: a header row, then one row per lock.
 pub fn to_csv(report: &TraceReport) -> Result<Vec<u8>, csv::Error> {
-    let mut writer = csv::Writer::from_writer(Vec::new());
+    csv_block(report, None, true)
+}
+
+/// Rows of one report; with `timestamp`, each row starts with it (the
+/// `--interval` file format), with `header`, a header row comes first.
+pub fn csv_block(report: &TraceReport, timestamp: Option<&str>, header: bool) -> Result<Vec<u8>, csv::Error> {
+    let mut writer = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(Vec::new());
+    if header {
+        let columns = timestamp.map(|_| "timestamp").into_iter().chain(CSV_COLUMNS);
+        writer.write_record(columns)?;
+    }
     for row in &report.locks {
         let (w, h) = (row.wait.as_ref(), row.hold.as_ref());
+        if let Some(timestamp) = timestamp {
+            writer.write_field(timestamp)?;
+        }
         writer.serialize(CsvRow {
             class: row.class,
             lock_addr: format!("{:#x}", row.lock_addr),
@@ -345,32 +447,42 @@ pub fn to_csv(report: &TraceReport) -> Result<Vec<u8>, csv::Error> {
             dropped: Some(row.dropped),
         })?;
     }
-    if report.locks.is_empty() {
-        // Still a header, so the file loads as an empty table.
-        writer.write_record([
-            "class",
-            "lock_addr",
-            "pipe_ino",
-            "name",
-            "comms",
-            "mode",
-            "acquisitions",
-            "contentions",
-            "spin_only",
-            "wait_total_ns",
-            "wait_avg_ns",
-            "wait_p50_ns",
-            "wait_p99_ns",
-            "wait_max_ns",
-            "hold_total_ns",
-            "hold_avg_ns",
-            "hold_p50_ns",
-            "hold_p99_ns",
-            "hold_max_ns",
-            "dropped",
-        ])?;
-    }
     writer.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+}
+
+/// `--hist`: the wait and hold histograms of the first `top` rows.
+pub fn render_histograms(report: &TraceReport, top: usize) -> String {
+    let mut out = String::new();
+    for row in report.locks.iter().take(top) {
+        for (kind, timing) in [("wait", &row.wait), ("hold", &row.hold)] {
+            if let Some(timing) = timing {
+                out.push_str(&format!("\n{} {} {kind} ({} samples)\n", row.class, row.name, timing.count));
+                out.push_str(&render_histogram(timing));
+            }
+        }
+    }
+    out
+}
+
+/// bcc-style log2 histogram of one timing, e.g. for `--hist`:
+/// `     512 -> 1023     : 5        |****      |`.
+pub fn render_histogram(timing: &Timing) -> String {
+    const WIDTH: u64 = 40;
+    let peak = timing.buckets.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
+    let mut out = format!("{:>20}     : {:<8} distribution\n", "ns", "count");
+    for &(low, n) in &timing.buckets {
+        let high = if low == 0 { 0 } else { low.saturating_mul(2) - 1 };
+        let stars = (n * WIDTH).div_ceil(peak) as usize;
+        out.push_str(&format!(
+            "{:>10} -> {:<10}: {:<8} |{:<width$}|\n",
+            low,
+            high,
+            n,
+            "*".repeat(stars),
+            width = WIDTH as usize
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -470,6 +582,57 @@ mod tests {
             "per-lock drops are summed: {text}"
         );
         assert!(text.contains("note: lockref: n/a in tracepoint mode"), "{text}");
+    }
+
+    #[test]
+    fn interval_csv_blocks_share_one_header_and_read_back_as_a_table() {
+        let (report, mut empty) = (sample(), sample());
+        empty.locks.clear();
+        let mut file = csv_block(&report, Some("2026-11-30T12:00:01.000Z"), true).unwrap();
+        file.extend(csv_block(&empty, Some("2026-11-30T12:00:02.000Z"), false).unwrap());
+        file.extend(csv_block(&report, Some("2026-11-30T12:00:03.000Z"), false).unwrap());
+        let mut reader = csv::Reader::from_reader(file.as_slice());
+        let headers = reader.headers().unwrap().clone();
+        assert_eq!(headers.len(), CSV_COLUMNS.len() + 1);
+        assert_eq!(&headers[0], "timestamp");
+        let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 2, "one row per lock per interval, none for an empty one");
+        assert_eq!(&rows[1][0], "2026-11-30T12:00:03.000Z");
+        assert_eq!(&rows[1][1], "pipe-mutex");
+        assert!(rows.iter().all(|r| r.len() == headers.len()));
+        // Without a timestamp, the plain format (one header, no timestamp).
+        let plain = String::from_utf8(to_csv(&empty).unwrap()).unwrap();
+        assert_eq!(plain.trim_end(), CSV_COLUMNS.join(","));
+    }
+
+    #[test]
+    fn histogram_bars_scale_to_the_fullest_bucket() {
+        let timing = Timing::from_hist(&hist(&[0, 600, 700, 800, 900, 5000])).unwrap();
+        let text = render_histogram(&timing);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[1].starts_with("         0 -> 0"), "{text}");
+        assert!(lines[2].contains("512 -> 1023"), "{text}");
+        assert!(lines[2].contains(&format!("|{}|", "*".repeat(40))), "{text}");
+        assert!(lines[3].contains("4096 -> 8191"), "{text}");
+        assert!(lines[3].contains(&format!("|{:<40}|", "*".repeat(10))), "{text}");
+    }
+
+    #[test]
+    fn rows_sort_by_any_key_largest_first() {
+        let mut a = sample().locks.remove(0);
+        let mut b = a.clone();
+        a.lock_addr = 1;
+        b.lock_addr = 2;
+        b.contentions = 100;
+        a.wait = Timing::from_hist(&hist(&[1_000_000]));
+        let mut rows = vec![a, b];
+        sort_rows(&mut rows, SortKey::Contentions);
+        assert_eq!(rows[0].lock_addr, 2);
+        sort_rows(&mut rows, SortKey::WaitMax);
+        assert_eq!(rows[0].lock_addr, 1);
+        sort_rows(&mut rows, SortKey::HoldMax);
+        assert_eq!(rows[0].lock_addr, 1, "equal (unmeasured) values fall back to address order");
     }
 
     #[test]

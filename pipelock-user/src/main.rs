@@ -1,5 +1,6 @@
 use std::{
-    fs, io,
+    fs,
+    io::{self, Write as _},
     path::{Path, PathBuf},
     process::ExitCode,
 };
@@ -58,13 +59,22 @@ fn run(cli: Cli) -> Result<(), Error> {
 }
 
 fn run_trace(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
-    let outputs = Outputs::prepare(args.json.as_deref(), args.csv.as_deref())?;
+    // An interval trace appends to its CSV as it goes; a plain one writes
+    // its files once, atomically, at the end.
+    let mut interval_csv = match (&args.csv, args.interval) {
+        (Some(path), Some(_)) => Some(IntervalCsv::create(path)?),
+        _ => None,
+    };
+    let outputs = Outputs::prepare(
+        args.json.as_deref(),
+        args.csv.as_deref().filter(|_| interval_csv.is_none()),
+    )?;
     let filters = Filters {
         tgid: args.pid,
         comm: args.comm.clone(),
         classes: args.class.clone(),
     };
-    let tracer = Tracer::attach(args.mode, &filters, ebpf_log)?;
+    let mut tracer = Tracer::attach(args.mode, &filters, ebpf_log)?;
     interrupt::catch();
     let child = match args.command.split_first() {
         Some((program, rest)) => Some(std::process::Command::new(program).args(rest).spawn().map_err(
@@ -76,10 +86,47 @@ fn run_trace(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         None => None,
     };
     eprintln!("pipelock: tracing with {} (Ctrl-C to stop)", tracer.mode());
-    let status = trace::wait_for(args.duration, child, interrupt::flag())?;
-    let report = tracer.report()?;
+    let show = |report: &mut lockstats::TraceReport| {
+        lockstats::sort_rows(&mut report.locks, args.sort);
+        print!("{}", lockstats::render(report, args.top));
+        if args.hist {
+            print!("{}", lockstats::render_histograms(report, args.top));
+        }
+    };
+    let mut collector = trace::IntervalCollector::new(&tracer);
+    let mut tick = |tracer: &mut Tracer, last: bool| -> Result<lockstats::TraceReport, Error> {
+        let snapshot = collector.tick(tracer)?;
+        let mut shown = if args.reset { snapshot.interval } else { snapshot.total.clone() };
+        let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+        if let Some(csv) = interval_csv.as_mut() {
+            csv.append(&shown, &timestamp)?;
+        }
+        // The last tick of a cumulative trace is the final report itself.
+        if !last || args.reset {
+            println!("--- {timestamp} ({:.1} s) ---", shown.duration_s);
+            show(&mut shown);
+            println!();
+        }
+        Ok(snapshot.total)
+    };
+    let (status, mut report) = if args.interval.is_some() {
+        let status = {
+            let tracer = &mut tracer;
+            trace::wait_for(args.duration, child, interrupt::flag(), args.interval, || {
+                tick(&mut *tracer, false).map(drop)
+            })?
+        };
+        let total = tick(&mut tracer, true)?;
+        (status, total)
+    } else {
+        let status = trace::wait_for(args.duration, child, interrupt::flag(), None, || Ok(()))?;
+        (status, tracer.report()?)
+    };
     drop(tracer);
-    print!("{}", lockstats::render(&report, args.top));
+    if args.reset {
+        println!("--- whole run ---");
+    }
+    show(&mut report);
     outputs.write_with(|format| match format {
         Format::Json => serde_json::to_vec_pretty(&report).map_err(io::Error::other),
         Format::Csv => lockstats::to_csv(&report).map_err(io::Error::other),
@@ -90,6 +137,46 @@ fn run_trace(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         eprintln!("pipelock: COMMAND exited with {status}");
     }
     Ok(())
+}
+
+/// The `--interval` CSV: created with its header at start, then one block of
+/// rows per interval, each appended with a single write so that a killed
+/// trace leaves whole rows only.
+struct IntervalCsv {
+    path: PathBuf,
+    file: fs::File,
+}
+
+impl IntervalCsv {
+    fn create(path: &Path) -> Result<Self, Error> {
+        let fail = |source| Error::Output {
+            path: path.to_owned(),
+            source,
+        };
+        let header = lockstats::csv_block(&lockstats::TraceReport::empty(), Some(""), true)
+            .map_err(|e| fail(io::Error::other(e)))?;
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(path)
+            .map_err(fail)?;
+        file.write_all(&header).map_err(fail)?;
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+        })
+    }
+
+    fn append(&mut self, report: &lockstats::TraceReport, timestamp: &str) -> Result<(), Error> {
+        let fail = |source| Error::Output {
+            path: self.path.clone(),
+            source,
+        };
+        let block = lockstats::csv_block(report, Some(timestamp), false).map_err(|e| fail(io::Error::other(e)))?;
+        self.file.write_all(&block).map_err(fail)?;
+        self.file.sync_data().map_err(fail)
+    }
 }
 
 fn run_workload(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {

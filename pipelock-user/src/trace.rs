@@ -26,7 +26,7 @@ use crate::{
     attach::TracepointKind,
     error::one_line,
     inspector::{KernelBtf, KernelInspector},
-    lockstats::{self, LockRow, PERCENTILE_RESOLUTION, Timing, TraceReport},
+    lockstats::{self, LockRow, PERCENTILE_RESOLUTION, SortKey, Timing, TraceReport},
 };
 
 /// `--mode`.
@@ -422,26 +422,71 @@ impl Tracer {
         }
     }
 
-    /// Reads and merges the maps into a report.
+    /// The mode without the reasons for a fallback (the per-row `mode`).
+    pub fn short_mode(&self) -> String {
+        match &self.attached {
+            Attached::Fentry => "fentry".to_owned(),
+            Attached::Kprobe { .. } => "kprobe".to_owned(),
+            Attached::Tracepoint { kind, .. } => format!("tracepoint ({kind})"),
+        }
+    }
+
+    /// Reads and merges the maps into a report of everything since attach.
     pub fn report(&self) -> Result<TraceReport, Error> {
-        let map_err = |name: &str| {
-            let name = name.to_owned();
-            move |source| Error::Map { map: name, source }
-        };
-        let get = |name: &str| {
-            self.ebpf.map(name).ok_or_else(|| Error::Missing {
-                kind: "map",
-                name: name.to_owned(),
-            })
-        };
+        let stats = self.read_stats()?;
+        self.build_report(&stats, self.started.elapsed())
+    }
+
+    /// Every traced lock's statistics, the CPUs merged.
+    fn read_stats(&self) -> Result<HashMap<u64, LockStats>, Error> {
+        let map = self.map(maps::LOCK_STATS)?;
         let stats: PerCpuHashMap<_, u64, LockStats> =
-            PerCpuHashMap::try_from(get(maps::LOCK_STATS)?).map_err(map_err(maps::LOCK_STATS))?;
+            PerCpuHashMap::try_from(map).map_err(map_err(maps::LOCK_STATS))?;
+        let mut merged = HashMap::new();
+        for entry in stats.iter() {
+            let (lock, per_cpu) = entry.map_err(map_err(maps::LOCK_STATS))?;
+            let total = merged.entry(lock).or_insert(LockStats::EMPTY);
+            for cpu in per_cpu.iter() {
+                lockstats::merge_stats(total, cpu);
+            }
+        }
+        Ok(merged)
+    }
+
+    /// Reads the statistics and removes what was read from the kernel, so
+    /// the next read holds only what happened since (klockstat's `-i`). An
+    /// event landing on a lock between its read and its removal is lost: a
+    /// window of microseconds per lock.
+    fn take_stats(&mut self) -> Result<HashMap<u64, LockStats>, Error> {
+        let stats = self.read_stats()?;
+        let map = self.ebpf.map_mut(maps::LOCK_STATS).ok_or_else(|| Error::Missing {
+            kind: "map",
+            name: maps::LOCK_STATS.to_owned(),
+        })?;
+        let mut live: PerCpuHashMap<_, u64, LockStats> =
+            PerCpuHashMap::try_from(map).map_err(map_err(maps::LOCK_STATS))?;
+        for lock in stats.keys() {
+            // Already gone is fine: nothing else removes entries.
+            let _ = live.remove(lock);
+        }
+        Ok(stats)
+    }
+
+    fn map(&self, name: &str) -> Result<&aya::maps::Map, Error> {
+        self.ebpf.map(name).ok_or_else(|| Error::Missing {
+            kind: "map",
+            name: name.to_owned(),
+        })
+    }
+
+    /// The report of `stats`, measured over `duration`.
+    fn build_report(&self, stats: &HashMap<u64, LockStats>, duration: Duration) -> Result<TraceReport, Error> {
         let info: BpfHashMap<_, u64, LockInfo> =
-            BpfHashMap::try_from(get(maps::LOCK_INFO)?).map_err(map_err(maps::LOCK_INFO))?;
+            BpfHashMap::try_from(self.map(maps::LOCK_INFO)?).map_err(map_err(maps::LOCK_INFO))?;
         let users: BpfHashMap<_, LockUser, [u8; 16]> =
-            BpfHashMap::try_from(get(maps::LOCK_USERS)?).map_err(map_err(maps::LOCK_USERS))?;
+            BpfHashMap::try_from(self.map(maps::LOCK_USERS)?).map_err(map_err(maps::LOCK_USERS))?;
         let drops: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(get(maps::DROPS)?).map_err(map_err(maps::DROPS))?;
+            PerCpuArray::try_from(self.map(maps::DROPS)?).map_err(map_err(maps::DROPS))?;
 
         let mut comms: HashMap<u64, Vec<(u32, String)>> = HashMap::new();
         for entry in users.iter() {
@@ -450,19 +495,9 @@ impl Tracer {
             comms.entry(user.lock).or_default().push((user.tgid, comm));
         }
 
+        let hooked = !matches!(self.attached, Attached::Tracepoint { .. });
         let mut rows = Vec::new();
-        for entry in stats.iter() {
-            let (lock, per_cpu) = entry.map_err(map_err(maps::LOCK_STATS))?;
-            let mut merged = LockStats::EMPTY;
-            for cpu in per_cpu.iter() {
-                merged.acquisitions += cpu.acquisitions;
-                merged.contentions += cpu.contentions;
-                merged.spin_only += cpu.spin_only;
-                merged.dropped += cpu.dropped;
-                lockstats::merge(&mut merged.wait, &cpu.wait);
-                lockstats::merge(&mut merged.hold, &cpu.hold);
-            }
-            let hooked = !matches!(self.attached, Attached::Tracepoint { .. });
+        for (&lock, merged) in stats {
             let lock_info = info.get(&lock, 0).ok();
             // fentry mode notes processes once per pipe (at its mutex address);
             // every lock of that pipe shares them.
@@ -497,7 +532,7 @@ impl Tracer {
                 pipe_ino,
                 name,
                 comms: users.iter().map(|(pid, comm)| format!("{comm}({pid})")).collect(),
-                mode: self.mode(),
+                mode: self.short_mode(),
                 acquisitions: hooked.then_some(merged.acquisitions),
                 contentions: merged.contentions,
                 spin_only: merged.spin_only,
@@ -510,10 +545,7 @@ impl Tracer {
                 },
             });
         }
-        rows.sort_by(|a, b| {
-            let total = |r: &LockRow| r.wait.as_ref().map_or(0, |w| w.total_ns);
-            total(b).cmp(&total(a)).then(a.lock_addr.cmp(&b.lock_addr))
-        });
+        lockstats::sort_rows(&mut rows, SortKey::WaitTotal);
 
         let names = [
             "pending_full",
@@ -538,17 +570,58 @@ impl Tracer {
                 .trim()
                 .to_owned(),
             mode: self.mode(),
-            hold_unavailable_reason: matches!(self.attached, Attached::Tracepoint { .. }).then(|| {
+            hold_unavailable_reason: (!hooked).then(|| {
                 "the contention tracepoints only see contended acquisitions; hold time needs fentry or kprobe"
                     .to_owned()
             }),
-            duration_s: self.started.elapsed().as_secs_f64(),
+            duration_s: duration.as_secs_f64(),
             totals: TraceReport::totals(&rows),
             locks: rows,
             drops: dropped,
             percentile_resolution: PERCENTILE_RESOLUTION,
             notes: self.notes.clone(),
             programs,
+        })
+    }
+}
+
+fn map_err(name: &str) -> impl FnOnce(aya::maps::MapError) -> Error + use<> {
+    let name = name.to_owned();
+    move |source| Error::Map { map: name, source }
+}
+
+/// `--interval`: each tick takes what the kernel gathered since the last one
+/// and keeps the running total in userspace, so both the interval's figures
+/// (max included) and the whole run's are exact.
+pub struct IntervalCollector {
+    total: HashMap<u64, LockStats>,
+    last: Instant,
+}
+
+/// One tick: the interval just ended and everything since attach.
+pub struct Snapshot {
+    pub interval: TraceReport,
+    pub total: TraceReport,
+}
+
+impl IntervalCollector {
+    pub fn new(tracer: &Tracer) -> Self {
+        Self {
+            total: HashMap::new(),
+            last: tracer.started,
+        }
+    }
+
+    pub fn tick(&mut self, tracer: &mut Tracer) -> Result<Snapshot, Error> {
+        let fresh = tracer.take_stats()?;
+        let interval = self.last.elapsed();
+        self.last = Instant::now();
+        for (lock, stats) in &fresh {
+            lockstats::merge_stats(self.total.entry(*lock).or_insert(LockStats::EMPTY), stats);
+        }
+        Ok(Snapshot {
+            interval: tracer.build_report(&fresh, interval)?,
+            total: tracer.build_report(&self.total, tracer.started.elapsed())?,
         })
     }
 }
@@ -682,14 +755,17 @@ fn attach_contention(ebpf: &mut Ebpf) -> Result<TracepointKind, Error> {
     Ok(TracepointKind::TpBtf)
 }
 
-/// Waits until `duration` passes, `child` exits, or Ctrl-C; returns the
-/// child's exit status if there was one.
+/// Waits until `duration` passes, `child` exits, or Ctrl-C, calling
+/// `on_tick` every `interval`; returns the child's exit status if there was one.
 pub fn wait_for(
     duration: Option<Duration>,
     mut child: Option<std::process::Child>,
     interrupted: &std::sync::atomic::AtomicBool,
+    interval: Option<Duration>,
+    mut on_tick: impl FnMut() -> Result<(), Error>,
 ) -> Result<Option<std::process::ExitStatus>, Error> {
     let started = Instant::now();
+    let mut next_tick = interval.map(|i| started + i);
     loop {
         if let Some(child) = child.as_mut()
             && let Some(status) = child.try_wait().map_err(|source| Error::Io {
@@ -708,6 +784,13 @@ pub fn wait_for(
             }
             return Ok(None);
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if let (Some(tick), Some(interval)) = (next_tick, interval)
+            && Instant::now() >= tick
+        {
+            on_tick()?;
+            // Ticks stay on the grid even when one report ran late.
+            next_tick = Some(tick + interval * ((tick.elapsed().as_nanos() / interval.as_nanos()) as u32 + 1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -64,6 +64,7 @@ const TESTS: &[Test] = tests![
     Kernel kprobe_counts_lockref_calls_of_a_stat_storm,
     Kernel tracepoint_mode_says_lockref_is_unavailable,
     Kernel comm_filter_keeps_only_that_command,
+    Kernel interval_csv_reads_back_and_adds_up_to_the_run,
 ];
 
 /// Set by the VM's init (`cargo xtask vm-test`).
@@ -689,6 +690,8 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
         (&["run", "pipe-herd", "--cpus", "3-1"], 2, "not a CPU list"),
         (&["probe", "--self-test", "--duration", "0"], 2, "greater than 0"),
         (&["trace", "--duration", "-2"], 2, "greater than 0"),
+        (&["trace", "--reset"], 2, "--interval"),
+        (&["trace", "--sort", "fastest"], 2, "invalid value 'fastest'"),
         (&["run", "no-such-workload"], 2, "unrecognized subcommand"),
         (
             &["run", "pipe-throughput", "--duration", "0"],
@@ -1358,5 +1361,59 @@ fn comm_filter_keeps_only_that_command() -> Result<Outcome> {
             "a process other than pipelock on a -c pipelock row: {row}"
         );
     }
+    Ok(Outcome::Passed)
+}
+
+/// `--interval --reset --csv`: a file that loads as one table (one header,
+/// a timestamp column, equal row lengths), several intervals, and per-lock
+/// interval figures that add up exactly to the whole run's (`--json`).
+fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    let (csv_path, json_path) = (scratch("interval.csv"), scratch("interval.json"));
+    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let limit = if in_vm() { "40000" } else { "300000" };
+    let out = run(pipelock()
+        .args(["trace", "--mode", "tracepoint", "--interval", "0.1", "--reset", "--csv"])
+        .arg(&csv_path)
+        .arg("--json")
+        .arg(&json_path)
+        .args(["--", &bin, "run", "pipe-herd", "-k", "5", "--limit", limit, "-q"]))?;
+    let (csv_text, json_text) = (fs::read(&csv_path), fs::read_to_string(&json_path));
+    let _ = (fs::remove_file(&csv_path), fs::remove_file(&json_path));
+    ensure!(out.status.success(), "trace --interval: {}", text(&out.stderr));
+    ensure!(
+        text(&out.stdout).contains("--- whole run ---"),
+        "no whole-run report after the intervals"
+    );
+    let csv_text = csv_text?;
+    let mut reader = csv::Reader::from_reader(csv_text.as_slice());
+    let headers = reader.headers()?.clone();
+    ensure!(&headers[0] == "timestamp", "first column {:?}", &headers[0]);
+    let column = |name: &str| headers.iter().position(|h| h == name).context(name.to_owned());
+    let (addr_col, contended_col) = (column("lock_addr")?, column("contentions")?);
+    let mut stamps = std::collections::BTreeSet::new();
+    let mut per_lock: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    for record in reader.records() {
+        let record = record?;
+        ensure!(record.len() == headers.len(), "ragged row: {record:?}");
+        stamps.insert(record[0].to_owned());
+        *per_lock.entry(record[addr_col].to_owned()).or_default() += record[contended_col].parse::<u64>()?;
+    }
+    ensure!(stamps.len() >= 2, "want several intervals, got {stamps:?}");
+    let report: serde_json::Value = serde_json::from_str(&json_text?)?;
+    let locks = report["locks"].as_array().context("no locks")?;
+    ensure!(!locks.is_empty(), "the whole run saw no lock");
+    for lock in locks {
+        let addr = format!("{:#x}", lock["lock_addr"].as_u64().context("lock_addr")?);
+        let total = lock["contentions"].as_u64().context("contentions")?;
+        ensure!(
+            per_lock.get(&addr) == Some(&total),
+            "{addr}: intervals add up to {:?}, the whole run says {total}",
+            per_lock.get(&addr)
+        );
+    }
+    println!("  {} intervals, {} locks", stamps.len(), locks.len());
     Ok(Outcome::Passed)
 }
