@@ -28,6 +28,8 @@ pub enum Command {
     /// Trace pipe lock contention: per-lock wait (and, in fentry/kprobe mode,
     /// hold) times, until COMMAND exits, --duration passes, or Ctrl-C.
     Trace(TraceArgs),
+    /// A live, full-screen view of the traced locks (like top or bpftop).
+    Top(TopArgs),
     /// Run a built-in workload (the lock benchmarks of lock-patch threads),
     /// repeat it, and report its figures with perf-stat-like counters.
     Run(RunArgs),
@@ -81,6 +83,51 @@ pub struct TraceArgs {
     /// A command to run while tracing; tracing stops when it exits.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    #[arg(long, value_enum, default_value_t = crate::trace::ModeArg::Auto)]
+    pub mode: crate::trace::ModeArg,
+    /// Refresh every SECS.
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub interval: Duration,
+    /// Only this process (filtered in the kernel).
+    #[arg(short, long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Only tasks with this command name (filtered in the kernel).
+    #[arg(short, long, value_name = "COMM")]
+    pub comm: Option<String>,
+    /// Lock classes to record (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub class: Vec<crate::trace::ClassArg>,
+    /// Run a built-in workload, again each time it ends, while watching.
+    #[arg(long, value_enum, value_name = "WORKLOAD", conflicts_with = "command")]
+    pub workload: Option<TopWorkload>,
+    /// A command to run while watching (its output is discarded).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// The workloads `pipelock top --workload` can loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TopWorkload {
+    PipeThroughput,
+    PipeHerd,
+    PipeStream,
+    LockrefStat,
+}
+
+impl TopWorkload {
+    /// Its `pipelock run` subcommand.
+    pub fn subcommand(self) -> &'static str {
+        match self {
+            Self::PipeThroughput => "pipe-throughput",
+            Self::PipeHerd => "pipe-herd",
+            Self::PipeStream => "pipe-stream",
+            Self::LockrefStat => "lockref-stat",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -176,6 +223,8 @@ mod tests {
             "trace --mode tracepoint --duration 2 -p 1 -c cat --class pipe-mutex,pipe-wait,other -n 5 \
              --csv a.csv --json a.json -- sleep 1",
             "trace --mode fentry",
+            "top --mode tracepoint --interval 0.5 -p 1 -c x --class pipe-mutex --workload pipe-herd",
+            "top -- sleep 1",
             "trace --interval 0.5 --reset --sort hold-max --hist --csv a.csv --class lockref",
             "run pipe-throughput --duration 1 --passes 3 --copies 2 --runs 2 --cpus 0-1,3 --json a --csv b \
              -q --no-counters --trace --trace-mode tracepoint",

@@ -19,6 +19,7 @@ pub mod progstats;
 pub mod probe;
 pub mod selftest;
 pub mod stats;
+pub mod top;
 pub mod trace;
 pub mod workload;
 

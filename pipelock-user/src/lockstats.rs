@@ -467,19 +467,24 @@ pub fn render_histograms(report: &TraceReport, top: usize) -> String {
 /// bcc-style log2 histogram of one timing, e.g. for `--hist`:
 /// `     512 -> 1023     : 5        |****      |`.
 pub fn render_histogram(timing: &Timing) -> String {
-    const WIDTH: u64 = 40;
+    render_histogram_width(timing, 40)
+}
+
+/// [`render_histogram`] with bars at most `bar_width` stars wide.
+pub fn render_histogram_width(timing: &Timing, bar_width: usize) -> String {
+    let width = bar_width.max(1) as u64;
     let peak = timing.buckets.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
     let mut out = format!("{:>20}     : {:<8} distribution\n", "ns", "count");
     for &(low, n) in &timing.buckets {
         let high = if low == 0 { 0 } else { low.saturating_mul(2) - 1 };
-        let stars = (n * WIDTH).div_ceil(peak) as usize;
+        let stars = (n * width).div_ceil(peak) as usize;
         out.push_str(&format!(
             "{:>10} -> {:<10}: {:<8} |{:<width$}|\n",
             low,
             high,
             n,
             "*".repeat(stars),
-            width = WIDTH as usize
+            width = width as usize
         ));
     }
     out

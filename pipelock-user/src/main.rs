@@ -50,6 +50,21 @@ fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Probe(args) => run_probe(&args, cli.ebpf_log),
         Command::Trace(args) => run_trace(&args, cli.ebpf_log),
+        Command::Top(args) => pipelock_user::top::run(pipelock_user::top::Options {
+            mode: args.mode,
+            interval: args.interval,
+            filters: Filters {
+                tgid: args.pid,
+                comm: args.comm,
+                classes: args.class,
+            },
+            load: match (args.workload, args.command.is_empty()) {
+                (Some(workload), _) => pipelock_user::top::Load::Workload(workload.subcommand().to_owned()),
+                (None, false) => pipelock_user::top::Load::Command(args.command),
+                (None, true) => pipelock_user::top::Load::None,
+            },
+            ebpf_log: cli.ebpf_log,
+        }),
         Command::Run(args) => run_workload(args.workload, cli.ebpf_log),
         Command::Compare { a, b } => {
             print!("{}", compare::compare(&a, &b)?);

@@ -422,6 +422,11 @@ impl Tracer {
         }
     }
 
+    /// What this mode or kernel could not measure, class by class.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
     /// The mode without the reasons for a fallback (the per-row `mode`).
     pub fn short_mode(&self) -> String {
         match &self.attached {
@@ -470,6 +475,42 @@ impl Tracer {
             let _ = live.remove(lock);
         }
         Ok(stats)
+    }
+
+    /// How full each of pipelock's maps is: a full map drops events.
+    pub fn map_fill(&self) -> Vec<MapFill> {
+        use aya::{Pod, maps::Map};
+        use pipelock_common::{Pending, TaskLockref, TaskPipe};
+        // aya checks key and value sizes, so each map is opened with its types.
+        fn hash<K: Pod, V: Pod>(map: &Map) -> Option<usize> {
+            Some(BpfHashMap::<_, K, V>::try_from(map).ok()?.keys().count())
+        }
+        fn per_cpu<K: Pod, V: Pod>(map: &Map) -> Option<usize> {
+            Some(PerCpuHashMap::<_, K, V>::try_from(map).ok()?.keys().count())
+        }
+        type Count = fn(&Map) -> Option<usize>;
+        let counters: [(&'static str, Count); 6] = [
+            (maps::LOCK_STATS, per_cpu::<u64, LockStats>),
+            (maps::LOCK_INFO, hash::<u64, LockInfo>),
+            (maps::LOCK_USERS, hash::<LockUser, [u8; 16]>),
+            (maps::PENDING, hash::<u32, Pending>),
+            (maps::TASK_PIPE, hash::<u32, TaskPipe>),
+            (maps::TASK_LOCKREF, hash::<u32, TaskLockref>),
+        ];
+        counters
+            .into_iter()
+            .filter_map(|(name, count)| {
+                let map = self.ebpf.map(name)?;
+                let (Map::HashMap(data) | Map::PerCpuHashMap(data)) = map else {
+                    return None;
+                };
+                Some(MapFill {
+                    name,
+                    used: count(map)?,
+                    capacity: data.info().ok()?.max_entries(),
+                })
+            })
+            .collect()
     }
 
     fn map(&self, name: &str) -> Result<&aya::maps::Map, Error> {
@@ -590,18 +631,29 @@ fn map_err(name: &str) -> impl FnOnce(aya::maps::MapError) -> Error + use<> {
     move |source| Error::Map { map: name, source }
 }
 
+/// Entries in one of pipelock's maps.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MapFill {
+    pub name: &'static str,
+    pub used: usize,
+    pub capacity: u32,
+}
+
 /// `--interval`: each tick takes what the kernel gathered since the last one
 /// and keeps the running total in userspace, so both the interval's figures
 /// (max included) and the whole run's are exact.
 pub struct IntervalCollector {
     total: HashMap<u64, LockStats>,
     last: Instant,
+    /// When the running total starts (attach, or the last reset).
+    since: Instant,
 }
 
 /// One tick: the interval just ended and everything since attach.
 pub struct Snapshot {
     pub interval: TraceReport,
     pub total: TraceReport,
+    pub fill: Vec<MapFill>,
 }
 
 impl IntervalCollector {
@@ -609,10 +661,19 @@ impl IntervalCollector {
         Self {
             total: HashMap::new(),
             last: tracer.started,
+            since: tracer.started,
         }
     }
 
+    /// Starts the running total afresh (`r` in `pipelock top`).
+    pub fn reset(&mut self) {
+        self.total.clear();
+        self.since = Instant::now();
+    }
+
     pub fn tick(&mut self, tracer: &mut Tracer) -> Result<Snapshot, Error> {
+        // Before the statistics are taken: that is when the maps are fullest.
+        let fill = tracer.map_fill();
         let fresh = tracer.take_stats()?;
         let interval = self.last.elapsed();
         self.last = Instant::now();
@@ -621,7 +682,8 @@ impl IntervalCollector {
         }
         Ok(Snapshot {
             interval: tracer.build_report(&fresh, interval)?,
-            total: tracer.build_report(&self.total, tracer.started.elapsed())?,
+            total: tracer.build_report(&self.total, self.since.elapsed())?,
+            fill,
         })
     }
 }

@@ -65,6 +65,7 @@ const TESTS: &[Test] = tests![
     Kernel tracepoint_mode_says_lockref_is_unavailable,
     Kernel comm_filter_keeps_only_that_command,
     Kernel interval_csv_reads_back_and_adds_up_to_the_run,
+    Host top_runs_in_a_real_terminal_and_detaches,
 ];
 
 /// Set by the VM's init (`cargo xtask vm-test`).
@@ -161,10 +162,14 @@ fn main() {
         if in_vm() && *scope == Scope::Host {
             continue;
         }
-        match test() {
+        let started = std::time::Instant::now();
+        let outcome = test();
+        // Timings show where CI time goes (TCG guests are ~50x slower).
+        let took = format!("{:.1} s", started.elapsed().as_secs_f64());
+        match outcome {
             Ok(Outcome::Passed) => {
                 passed += 1;
-                println!("test {name} ... ok");
+                println!("test {name} ... ok ({took})");
             }
             Ok(Outcome::Skipped(why)) => {
                 skipped += 1;
@@ -172,7 +177,7 @@ fn main() {
             }
             Err(err) => {
                 failed += 1;
-                println!("test {name} ... FAILED: {err:#}");
+                println!("test {name} ... FAILED ({took}): {err:#}");
             }
         }
     }
@@ -691,6 +696,8 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
         (&["probe", "--self-test", "--duration", "0"], 2, "greater than 0"),
         (&["trace", "--duration", "-2"], 2, "greater than 0"),
         (&["trace", "--reset"], 2, "--interval"),
+        (&["top"], 1, "pipelock top needs a terminal"),
+        (&["top", "--workload", "pipe-herd", "--", "true"], 2, "cannot be used with"),
         (&["trace", "--sort", "fastest"], 2, "invalid value 'fastest'"),
         (&["run", "no-such-workload"], 2, "unrecognized subcommand"),
         (
@@ -1416,4 +1423,91 @@ fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
     }
     println!("  {} intervals, {} locks", stamps.len(), locks.len());
     Ok(Outcome::Passed)
+}
+
+/// Loaded BPF programs whose (15-byte) kernel name is one of pipelock's
+/// tracepoint-mode programs.
+fn pipelock_programs_loaded() -> Result<usize> {
+    let ours: Vec<&str> = [
+        programs::PIPE_CONTENTION_BEGIN_BTF,
+        programs::PIPE_CONTENTION_END_BTF,
+        programs::PIPE_CONTENTION_BEGIN_TP,
+        programs::PIPE_CONTENTION_END_TP,
+    ]
+    .iter()
+    .map(|name| &name[..name.len().min(15)])
+    .collect();
+    let mut count = 0;
+    for program in aya::programs::loaded_programs() {
+        let program = program?;
+        if program.name_as_str().is_some_and(|name| ours.contains(&name)) {
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+/// `pipelock top` in a real terminal (a private tmux server): pipe lock rows
+/// appear while a herd loops, a sort key and the detail pane work, `q`
+/// quits with status 0, and no pipelock program stays loaded.
+fn top_runs_in_a_real_terminal_and_detaches() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    if Command::new("tmux").arg("-V").output().is_err() {
+        return Ok(Outcome::Skipped("tmux is not installed (Debian: tmux)".into()));
+    }
+    let socket = format!("pipelock-it-{}", std::process::id());
+    let status_file = scratch("top.status");
+    let _ = fs::remove_file(&status_file);
+    let tmux = |args: &[&str]| -> Result<String> {
+        let out = run(Command::new("tmux").args(["-L", &socket]).args(args))?;
+        ensure!(out.status.success(), "tmux {args:?}: {}", text(&out.stderr));
+        Ok(text(&out.stdout))
+    };
+    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let shell = format!(
+        "{bin} top --mode tracepoint --interval 0.5 --workload pipe-herd; echo $? > {}",
+        status_file.display()
+    );
+    tmux(&["new-session", "-d", "-s", "top", "-x", "200", "-y", "50", &shell])?;
+    let screen_with = |needle: &str| -> Result<String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let screen = tmux(&["capture-pane", "-p", "-t", "top"])?;
+            if screen.contains(needle) {
+                return Ok(screen);
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "no {needle:?} on the screen after 30 s:\n{screen}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    let result = (|| -> Result<()> {
+        let screen = screen_with("pipe-mutex")?;
+        ensure!(screen.contains("pipelock top · kernel"), "no header:\n{screen}");
+        ensure!(pipelock_programs_loaded()? > 0, "top runs, yet no pipelock program is loaded");
+        tmux(&["send-keys", "-t", "top", "t"])?;
+        screen_with("total wait▼")?;
+        tmux(&["send-keys", "-t", "top", "c"])?;
+        screen_with("contended/s▼")?;
+        tmux(&["send-keys", "-t", "top", "Enter"])?;
+        screen_with("wait since start")?;
+        tmux(&["send-keys", "-t", "top", "q"])?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while !status_file.exists() {
+            ensure!(std::time::Instant::now() < deadline, "top did not quit on q");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let status = fs::read_to_string(&status_file)?;
+        ensure!(status.trim() == "0", "top exited with {status}");
+        let left = pipelock_programs_loaded()?;
+        ensure!(left == 0, "{left} pipelock program(s) still loaded after quitting");
+        Ok(())
+    })();
+    let _ = tmux(&["kill-server"]);
+    let _ = fs::remove_file(&status_file);
+    result.map(|()| Outcome::Passed)
 }

@@ -167,7 +167,11 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
     run(cargo(root, &tools)?.args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
     run(cargo(root, &tools)?.args(["test", "--release", "--lib", "--bins"]))?;
     // perf is the independent tool the trace counts are checked against.
-    bootstrap::ensure_debian_packages(&[("linux-perf", &|| bootstrap::which("perf").is_some())])?;
+    // perf: the independent cross-check; tmux: the real terminal of the top view's test.
+    bootstrap::ensure_debian_packages(&[
+        ("linux-perf", &|| bootstrap::which("perf").is_some()),
+        ("tmux", &|| bootstrap::which("tmux").is_some()),
+    ])?;
     // The eBPF object check, the CLI contract and the privileged host tests;
     // prints `integration: N passed, N failed, N skipped`.
     run(cargo(root, &tools)?.args(["test", "--release", "--test", "integration"]))?;

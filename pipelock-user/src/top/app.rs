@@ -1,0 +1,482 @@
+//! `pipelock top`'s state: the latest snapshot joined into rows, a short
+//! history per lock, and the key-driven view settings. No I/O here: the
+//! event loop feeds it samples and keys, the view draws it.
+use std::collections::{HashMap, VecDeque};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use crate::{
+    lockstats::{LockRow, Timing, TraceReport},
+    progstats::ProgramStats,
+    trace::{MapFill, Snapshot},
+};
+
+/// Intervals of history kept per lock (the detail pane's sparkline).
+pub const HISTORY: usize = 120;
+
+/// One collector tick, as the app receives it.
+pub struct Sample {
+    pub snapshot: Snapshot,
+    /// Since the trace started.
+    pub elapsed_s: f64,
+}
+
+/// One lock as the table shows it: this interval's rates and timings next
+/// to the totals since start (or the last reset).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopRow {
+    pub lock_addr: u64,
+    pub class: &'static str,
+    pub name: String,
+    pub comms: Vec<String>,
+    /// Per second over the last interval (None: not measured in this mode).
+    pub acquisitions_per_s: Option<f64>,
+    pub contentions_per_s: f64,
+    pub wait: Option<Timing>,
+    pub hold: Option<Timing>,
+    pub total_acquisitions: Option<u64>,
+    pub total_contentions: u64,
+    pub total_wait: Option<Timing>,
+    pub total_hold: Option<Timing>,
+}
+
+/// Table order; `s` cycles through them, largest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortColumn {
+    #[default]
+    ContentionsPerS,
+    AcquisitionsPerS,
+    WaitAvg,
+    WaitMax,
+    HoldAvg,
+    HoldMax,
+    TotalWait,
+    Name,
+}
+
+impl SortColumn {
+    const ALL: [Self; 8] = [
+        Self::ContentionsPerS,
+        Self::AcquisitionsPerS,
+        Self::WaitAvg,
+        Self::WaitMax,
+        Self::HoldAvg,
+        Self::HoldMax,
+        Self::TotalWait,
+        Self::Name,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::ContentionsPerS => "contended/s",
+            Self::AcquisitionsPerS => "acquired/s",
+            Self::WaitAvg => "wait avg",
+            Self::WaitMax => "wait max",
+            Self::HoldAvg => "hold avg",
+            Self::HoldMax => "hold max",
+            Self::TotalWait => "total wait",
+            Self::Name => "lock",
+        }
+    }
+
+    fn next(self) -> Self {
+        let at = Self::ALL.iter().position(|c| *c == self).unwrap_or(0);
+        Self::ALL[(at + 1) % Self::ALL.len()]
+    }
+
+    fn compare(self, a: &TopRow, b: &TopRow) -> std::cmp::Ordering {
+        let avg = |t: &Option<Timing>| t.as_ref().map_or(0, |t| t.avg_ns);
+        let max = |t: &Option<Timing>| t.as_ref().map_or(0, |t| t.max_ns);
+        match self {
+            Self::ContentionsPerS => b.contentions_per_s.total_cmp(&a.contentions_per_s),
+            Self::AcquisitionsPerS => b
+                .acquisitions_per_s
+                .unwrap_or(0.0)
+                .total_cmp(&a.acquisitions_per_s.unwrap_or(0.0)),
+            Self::WaitAvg => avg(&b.wait).cmp(&avg(&a.wait)),
+            Self::WaitMax => max(&b.wait).cmp(&max(&a.wait)),
+            Self::HoldAvg => avg(&b.hold).cmp(&avg(&a.hold)),
+            Self::HoldMax => max(&b.hold).cmp(&max(&a.hold)),
+            Self::TotalWait => {
+                let total = |r: &TopRow| r.total_wait.as_ref().map_or(0, |t| t.total_ns);
+                total(b).cmp(&total(a))
+            }
+            Self::Name => a.name.cmp(&b.name),
+        }
+    }
+}
+
+/// What a key asks of the event loop beyond the app's own state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    None,
+    Quit,
+    /// Start the running totals afresh (the collector owns them).
+    Reset,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Input {
+    #[default]
+    Normal,
+    /// Typing a filter after `/` or `f`.
+    Filter,
+}
+
+#[derive(Default)]
+pub struct App {
+    pub kernel: String,
+    pub mode: String,
+    pub notes: Vec<String>,
+    pub interval_s: f64,
+    pub elapsed_s: f64,
+    /// Every lock of the latest sample, unsorted and unfiltered.
+    pub rows: Vec<TopRow>,
+    /// Contentions per interval, per lock, oldest first.
+    pub history: HashMap<u64, VecDeque<u64>>,
+    pub drops: Vec<(String, u64)>,
+    pub fill: Vec<MapFill>,
+    /// pipelock's programs over the last interval: runs per second, ns per run.
+    pub bpf_runs_per_s: f64,
+    pub bpf_ns_per_run: Option<f64>,
+    /// BPF run time as a share of one CPU over the last interval.
+    pub bpf_cpu_share: f64,
+    previous_programs: Vec<ProgramStats>,
+    pub sort: SortColumn,
+    pub filter: String,
+    pub input: Input,
+    /// Index into [`App::visible`].
+    pub selected: usize,
+    pub detail: bool,
+    pub paused: bool,
+    pub samples: u64,
+}
+
+impl App {
+    pub fn new(kernel: String, mode: String, notes: Vec<String>, interval_s: f64) -> Self {
+        Self {
+            kernel,
+            mode,
+            notes,
+            interval_s,
+            ..Self::default()
+        }
+    }
+
+    /// A new tick from the collector. While paused the view stays as it was.
+    pub fn on_sample(&mut self, sample: Sample) {
+        if self.paused {
+            return;
+        }
+        let Snapshot { interval, total, fill } = sample.snapshot;
+        self.samples += 1;
+        self.elapsed_s = sample.elapsed_s;
+        let seconds = interval.duration_s.max(1e-9);
+        self.account_programs(&total.programs, seconds);
+        self.drops = total
+            .drops
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .filter(|(_, v)| *v > 0)
+            .collect();
+        self.fill = fill;
+        self.rows = join_rows(&interval, &total, seconds);
+        for row in &self.rows {
+            let contended = interval
+                .locks
+                .iter()
+                .find(|r| r.lock_addr == row.lock_addr)
+                .map_or(0, |r| r.contentions);
+            let history = self.history.entry(row.lock_addr).or_default();
+            history.push_back(contended);
+            if history.len() > HISTORY {
+                history.pop_front();
+            }
+        }
+        let visible = self.visible().len();
+        self.selected = self.selected.min(visible.saturating_sub(1));
+    }
+
+    fn account_programs(&mut self, programs: &[ProgramStats], seconds: f64) {
+        let sum = |list: &[ProgramStats]| {
+            list.iter()
+                .fold((0u64, 0u64), |(r, t), p| (r + p.run_count, t + p.run_time_ns))
+        };
+        let (runs, ns) = sum(programs);
+        let (old_runs, old_ns) = sum(&self.previous_programs);
+        let (runs, ns) = (runs.saturating_sub(old_runs), ns.saturating_sub(old_ns));
+        self.bpf_runs_per_s = runs as f64 / seconds;
+        self.bpf_ns_per_run = (runs > 0).then(|| ns as f64 / runs as f64);
+        self.bpf_cpu_share = ns as f64 / 1e9 / seconds;
+        self.previous_programs = programs.to_vec();
+    }
+
+    /// The rows the table shows: filtered, then sorted.
+    pub fn visible(&self) -> Vec<&TopRow> {
+        let needle = self.filter.to_lowercase();
+        let mut rows: Vec<&TopRow> = self
+            .rows
+            .iter()
+            .filter(|r| {
+                needle.is_empty()
+                    || r.class.contains(&needle)
+                    || r.name.to_lowercase().contains(&needle)
+                    || r.comms.iter().any(|c| c.to_lowercase().contains(&needle))
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            self.sort
+                .compare(a, b)
+                .then(a.lock_addr.cmp(&b.lock_addr))
+        });
+        rows
+    }
+
+    pub fn selected_row(&self) -> Option<&TopRow> {
+        self.visible().get(self.selected).copied()
+    }
+
+    pub fn on_key(&mut self, key: KeyEvent) -> Action {
+        if key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL) {
+            return Action::Quit;
+        }
+        if self.input == Input::Filter {
+            match key.code {
+                KeyCode::Enter => self.input = Input::Normal,
+                KeyCode::Esc => {
+                    self.filter.clear();
+                    self.input = Input::Normal;
+                }
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) => self.filter.push(c),
+                _ => {}
+            }
+            self.selected = 0;
+            return Action::None;
+        }
+        let last = self.visible().len().saturating_sub(1);
+        match key.code {
+            KeyCode::Char('q') => return Action::Quit,
+            KeyCode::Esc if self.detail => self.detail = false,
+            KeyCode::Esc => return Action::Quit,
+            KeyCode::Down | KeyCode::Char('j') => self.selected = (self.selected + 1).min(last),
+            KeyCode::Up | KeyCode::Char('k') => self.selected = self.selected.saturating_sub(1),
+            KeyCode::Home | KeyCode::Char('g') => self.selected = 0,
+            KeyCode::End | KeyCode::Char('G') => self.selected = last,
+            KeyCode::Enter => self.detail = !self.detail,
+            KeyCode::Char('s') => self.sort = self.sort.next(),
+            KeyCode::Char('c') => self.sort = SortColumn::ContentionsPerS,
+            KeyCode::Char('a') => self.sort = SortColumn::AcquisitionsPerS,
+            KeyCode::Char('w') => self.sort = SortColumn::WaitMax,
+            KeyCode::Char('h') => self.sort = SortColumn::HoldMax,
+            KeyCode::Char('t') => self.sort = SortColumn::TotalWait,
+            KeyCode::Char('/') | KeyCode::Char('f') => {
+                self.input = Input::Filter;
+                self.filter.clear();
+            }
+            KeyCode::Char('p') | KeyCode::Char(' ') => self.paused = !self.paused,
+            KeyCode::Char('r') => {
+                self.history.clear();
+                self.rows.clear();
+                self.selected = 0;
+                return Action::Reset;
+            }
+            _ => {}
+        }
+        Action::None
+    }
+}
+
+/// This interval's rows joined with the totals, by lock address. A lock seen
+/// before but idle now keeps its row, with zero rates.
+fn join_rows(interval: &TraceReport, total: &TraceReport, seconds: f64) -> Vec<TopRow> {
+    let now: HashMap<u64, &LockRow> = interval.locks.iter().map(|r| (r.lock_addr, r)).collect();
+    total
+        .locks
+        .iter()
+        .map(|t| {
+            let i = now.get(&t.lock_addr);
+            TopRow {
+                lock_addr: t.lock_addr,
+                class: t.class,
+                name: t.name.clone(),
+                comms: t.comms.clone(),
+                acquisitions_per_s: t
+                    .acquisitions
+                    .map(|_| i.and_then(|i| i.acquisitions).unwrap_or(0) as f64 / seconds),
+                contentions_per_s: i.map_or(0, |i| i.contentions) as f64 / seconds,
+                wait: i.and_then(|i| i.wait.clone()),
+                hold: i.and_then(|i| i.hold.clone()),
+                total_acquisitions: t.acquisitions,
+                total_contentions: t.contentions,
+                total_wait: t.wait.clone(),
+                total_hold: t.hold.clone(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub mod tests {
+    use std::collections::BTreeMap;
+
+    use crossterm::event::{KeyEventKind, KeyEventState};
+    use pipelock_common::Histogram;
+
+    use super::*;
+    use crate::lockstats::PERCENTILE_RESOLUTION;
+
+    pub fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent {
+            code,
+            modifiers: KeyModifiers::NONE,
+            kind: KeyEventKind::Press,
+            state: KeyEventState::NONE,
+        }
+    }
+
+    fn timing(values: &[u64]) -> Option<Timing> {
+        let mut h = Histogram::EMPTY;
+        values.iter().for_each(|v| h.record(*v));
+        Timing::from_hist(&h)
+    }
+
+    fn row(addr: u64, class: &'static str, name: &str, contentions: u64, wait: &[u64]) -> LockRow {
+        LockRow {
+            class,
+            lock_addr: addr,
+            pipe_ino: None,
+            name: name.into(),
+            comms: vec![format!("herd({addr})")],
+            mode: "fentry".into(),
+            acquisitions: Some(contentions * 10),
+            contentions,
+            spin_only: 0,
+            dropped: 0,
+            wait: timing(wait),
+            hold: timing(&[100, 200]),
+        }
+    }
+
+    fn report(locks: Vec<LockRow>, duration_s: f64) -> TraceReport {
+        TraceReport {
+            kernel: "6.12.117".into(),
+            mode: "fentry".into(),
+            hold_unavailable_reason: None,
+            duration_s,
+            totals: TraceReport::totals(&locks),
+            locks,
+            drops: BTreeMap::from([("nested".to_owned(), 3)]),
+            percentile_resolution: PERCENTILE_RESOLUTION,
+            notes: Vec::new(),
+            programs: vec![ProgramStats {
+                name: "mutex_lock_entry".into(),
+                run_count: 1000,
+                run_time_ns: 50_000,
+                recursion_misses: 0,
+            }],
+        }
+    }
+
+    /// An app after one sample with `n` locks (lock i: 10·i contentions).
+    pub fn app_with(n: u64) -> App {
+        let locks: Vec<LockRow> = (1..=n)
+            .map(|i| {
+                let class = if i % 2 == 0 { "pipe-mutex" } else { "pipe-rd-wait" };
+                row(i, class, &format!("pipe:[{}]", 1000 + i), 10 * i, &[i * 100, i * 1000])
+            })
+            .collect();
+        let mut app = App::new("6.12.117".into(), "fentry".into(), Vec::new(), 1.0);
+        app.on_sample(Sample {
+            snapshot: Snapshot {
+                interval: report(locks.clone(), 2.0),
+                total: report(locks, 10.0),
+                fill: vec![MapFill {
+                    name: "LOCK_STATS",
+                    used: n as usize,
+                    capacity: 4096,
+                }],
+            },
+            elapsed_s: 10.0,
+        });
+        app
+    }
+
+    #[test]
+    fn a_sample_becomes_rates_per_second() {
+        let app = app_with(3);
+        let top = app.visible()[0];
+        assert_eq!(top.lock_addr, 3, "sorted by contended/s, largest first");
+        assert_eq!(top.contentions_per_s, 15.0, "30 contentions over a 2 s interval");
+        assert_eq!(top.acquisitions_per_s, Some(150.0));
+        assert_eq!(app.bpf_runs_per_s, 500.0);
+        assert_eq!(app.bpf_ns_per_run, Some(50.0));
+        assert_eq!(app.drops, vec![("nested".to_owned(), 3)]);
+        assert_eq!(app.history[&3], VecDeque::from([30]));
+    }
+
+    #[test]
+    fn keys_move_sort_filter_and_quit() {
+        let mut app = app_with(4);
+        assert_eq!(app.on_key(key(KeyCode::Char('j'))), Action::None);
+        assert_eq!(app.on_key(key(KeyCode::Down)), Action::None);
+        assert_eq!(app.selected, 2);
+        for _ in 0..10 {
+            app.on_key(key(KeyCode::Char('j')));
+        }
+        assert_eq!(app.selected, 3, "stops at the last row");
+        app.on_key(key(KeyCode::Char('k')));
+        assert_eq!(app.selected, 2);
+        app.on_key(key(KeyCode::Char('s')));
+        assert_eq!(app.sort, SortColumn::AcquisitionsPerS);
+        app.on_key(key(KeyCode::Char('t')));
+        assert_eq!(app.sort, SortColumn::TotalWait);
+        app.on_key(key(KeyCode::Enter));
+        assert!(app.detail);
+        assert_eq!(app.on_key(key(KeyCode::Esc)), Action::None, "Esc closes the pane first");
+        assert!(!app.detail);
+        // Filter: typed keys go to the filter, not to the commands.
+        app.on_key(key(KeyCode::Char('/')));
+        for c in "mutex".chars() {
+            app.on_key(key(KeyCode::Char(c)));
+        }
+        assert_eq!(app.input, Input::Filter);
+        assert_eq!(app.sort, SortColumn::TotalWait, "'t' of 'mutex' did not re-sort");
+        app.on_key(key(KeyCode::Enter));
+        assert_eq!(app.input, Input::Normal);
+        assert!(app.visible().iter().all(|r| r.class == "pipe-mutex"));
+        assert_eq!(app.visible().len(), 2);
+        app.on_key(key(KeyCode::Char('f')));
+        app.on_key(key(KeyCode::Esc));
+        assert_eq!(app.visible().len(), 4, "Esc clears the filter");
+        app.on_key(key(KeyCode::Char('p')));
+        assert!(app.paused);
+        assert_eq!(app.on_key(key(KeyCode::Char('r'))), Action::Reset);
+        assert!(app.rows.is_empty());
+        assert_eq!(app.on_key(key(KeyCode::Char('q'))), Action::Quit);
+        let ctrl_c = KeyEvent {
+            modifiers: KeyModifiers::CONTROL,
+            ..key(KeyCode::Char('c'))
+        };
+        assert_eq!(app.on_key(ctrl_c), Action::Quit);
+        assert_eq!(app.on_key(key(KeyCode::Esc)), Action::Quit);
+    }
+
+    #[test]
+    fn paused_view_ignores_samples() {
+        let mut app = app_with(2);
+        app.on_key(key(KeyCode::Char('p')));
+        let before = app.rows.clone();
+        app.on_sample(Sample {
+            snapshot: Snapshot {
+                interval: report(Vec::new(), 1.0),
+                total: report(Vec::new(), 11.0),
+                fill: Vec::new(),
+            },
+            elapsed_s: 11.0,
+        });
+        assert_eq!(app.rows, before);
+    }
+}

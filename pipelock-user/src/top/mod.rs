@@ -1,0 +1,252 @@
+//! `pipelock top`: a live view of the traced locks.
+//!
+//! A collector thread owns the [`Tracer`], ticks an [`IntervalCollector`]
+//! every interval and sends the snapshots over a channel; the event loop
+//! here feeds them and the keys to the [`App`] and redraws with
+//! [`view::draw`]. Dropping the tracer (when the collector ends) detaches
+//! every program; the terminal guard restores the terminal, also on panic.
+pub mod app;
+pub mod view;
+
+use std::{
+    io::{self, IsTerminal as _},
+    process::{Child, Command, Stdio},
+    sync::mpsc::{self, RecvTimeoutError},
+    thread,
+    time::{Duration, Instant},
+};
+
+use crossterm::{
+    event::{self, Event, KeyEventKind},
+    execute,
+    terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode},
+};
+use ratatui::{Terminal, backend::CrosstermBackend};
+
+use self::app::{Action, App, Sample};
+use crate::{
+    Error,
+    trace::{Filters, IntervalCollector, ModeArg, Tracer},
+};
+
+/// What `pipelock top` watches, besides whatever the machine runs.
+pub enum Load {
+    None,
+    /// `-- COMMAND…`, run once.
+    Command(Vec<String>),
+    /// `--workload NAME`: `pipelock run NAME` again each time it ends.
+    Workload(String),
+}
+
+pub struct Options {
+    pub mode: ModeArg,
+    pub interval: Duration,
+    pub filters: Filters,
+    pub load: Load,
+    pub ebpf_log: bool,
+}
+
+/// From the event loop to the collector thread.
+enum CollectorCommand {
+    Reset,
+    Stop,
+}
+
+pub fn run(options: Options) -> Result<(), Error> {
+    if !io::stdout().is_terminal() {
+        return Err(Error::Usage(
+            "pipelock top needs a terminal; to log reports instead, use `pipelock trace --interval SECS`"
+                .to_owned(),
+        ));
+    }
+    let tracer = Tracer::attach(options.mode, &options.filters, options.ebpf_log)?;
+    crate::interrupt::catch();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let mut app = App::new(
+        kernel,
+        tracer.mode(),
+        tracer.notes().to_vec(),
+        options.interval.as_secs_f64(),
+    );
+    let mut load = LoadRunner::start(options.load)?;
+
+    let (samples_tx, samples) = mpsc::channel();
+    let (commands, commands_rx) = mpsc::channel();
+    let interval = options.interval;
+    let collector = thread::spawn(move || -> Result<(), Error> {
+        let mut tracer = tracer;
+        let mut collector = IntervalCollector::new(&tracer);
+        let started = Instant::now();
+        let mut next = started + interval;
+        loop {
+            match commands_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(CollectorCommand::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Ok(CollectorCommand::Reset) => collector.reset(),
+                Err(RecvTimeoutError::Timeout) => {
+                    next += interval;
+                    let snapshot = collector.tick(&mut tracer)?;
+                    let sample = Sample {
+                        snapshot,
+                        elapsed_s: started.elapsed().as_secs_f64(),
+                    };
+                    if samples_tx.send(sample).is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    });
+
+    let result = (|| -> Result<(), Error> {
+        let _guard = TerminalGuard::enter()?;
+        let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout())).map_err(terminal_err)?;
+        loop {
+            terminal.draw(|frame| view::draw(frame, &app)).map_err(terminal_err)?;
+            if event::poll(Duration::from_millis(100)).map_err(terminal_err)?
+                && let Event::Key(key) = event::read().map_err(terminal_err)?
+                && key.kind == KeyEventKind::Press
+            {
+                match app.on_key(key) {
+                    Action::Quit => return Ok(()),
+                    Action::Reset => {
+                        let _ = commands.send(CollectorCommand::Reset);
+                    }
+                    Action::None => {}
+                }
+            }
+            while let Ok(sample) = samples.try_recv() {
+                app.on_sample(sample);
+            }
+            if crate::interrupt::flag().load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(());
+            }
+            if collector.is_finished() {
+                // Its error is reported below, after the terminal is back.
+                return Ok(());
+            }
+            load.poll()?;
+        }
+    })();
+    load.stop();
+    let _ = commands.send(CollectorCommand::Stop);
+    let collected = collector
+        .join()
+        .unwrap_or_else(|_| Err(Error::Usage("the collector thread panicked".to_owned())));
+    result.and(collected)
+}
+
+fn terminal_err(source: io::Error) -> Error {
+    Error::Io {
+        what: "drawing the terminal",
+        source,
+    }
+}
+
+/// Raw mode and the alternate screen while alive; restored on drop and by
+/// a panic hook, so a crash never leaves the user's terminal unusable.
+struct TerminalGuard;
+
+impl TerminalGuard {
+    fn enter() -> Result<Self, Error> {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore_terminal();
+            previous(info);
+        }));
+        enable_raw_mode().map_err(terminal_err)?;
+        execute!(io::stdout(), EnterAlternateScreen).map_err(terminal_err)?;
+        Ok(Self)
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+fn restore_terminal() {
+    let _ = disable_raw_mode();
+    let _ = execute!(io::stdout(), LeaveAlternateScreen);
+}
+
+/// The load `pipelock top` started; its output would tear the screen, so
+/// it goes to /dev/null.
+struct LoadRunner {
+    load: Load,
+    child: Option<Child>,
+}
+
+impl LoadRunner {
+    fn start(load: Load) -> Result<Self, Error> {
+        let mut runner = Self { load, child: None };
+        runner.spawn()?;
+        Ok(runner)
+    }
+
+    fn spawn(&mut self) -> Result<(), Error> {
+        let mut command = match &self.load {
+            Load::None => return Ok(()),
+            Load::Command(argv) => {
+                let mut command = Command::new(&argv[0]);
+                command.args(&argv[1..]);
+                command
+            }
+            Load::Workload(name) => {
+                let exe = std::env::current_exe().map_err(|source| Error::Io {
+                    what: "finding the pipelock binary",
+                    source,
+                })?;
+                let mut command = Command::new(exe);
+                command.args(["run", name, "-q", "--no-counters"]);
+                command
+            }
+        };
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| Error::Io {
+                what: "starting the load",
+                source,
+            })?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Restarts a finished workload; a finished COMMAND stays finished.
+    fn poll(&mut self) -> Result<(), Error> {
+        let finished = match self.child.as_mut() {
+            Some(child) => child.try_wait().ok().flatten().is_some(),
+            None => false,
+        };
+        if finished {
+            self.child = None;
+            if matches!(self.load, Load::Workload(_)) {
+                self.spawn()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGINT first: a `pipelock run` leader then stops its workers.
+            // SAFETY: plain kill(2) on our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
