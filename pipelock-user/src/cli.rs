@@ -30,6 +30,9 @@ pub enum Command {
     Trace(TraceArgs),
     /// A live, full-screen view of the traced locks (like top or bpftop).
     Top(TopArgs),
+    /// Measure what tracing costs: workloads untraced vs traced in each mode
+    /// (and under `perf lock record`), alternating, as ratios.
+    Overhead(OverheadArgs),
     /// Run a built-in workload (the lock benchmarks of lock-patch threads),
     /// repeat it, and report its figures with perf-stat-like counters.
     Run(RunArgs),
@@ -131,6 +134,31 @@ impl TopWorkload {
 }
 
 #[derive(Debug, Args)]
+pub struct OverheadArgs {
+    /// Alternating untraced/traced pairs per workload and tracer.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    pub pairs: u16,
+    /// Length of each timed workload run.
+    #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub seconds: Duration,
+    /// Only these workloads (default: pipe-throughput, pipe-herd, lockref-stat).
+    #[arg(long = "workload", value_enum, value_delimiter = ',')]
+    pub workloads: Vec<TopWorkload>,
+    /// Attach modes to measure; ones this kernel refuses are skipped with the reason.
+    #[arg(long = "mode", value_enum, value_delimiter = ',', default_values_t = [crate::trace::ModeArg::Fentry, crate::trace::ModeArg::Kprobe, crate::trace::ModeArg::Tracepoint])]
+    pub modes: Vec<crate::trace::ModeArg>,
+    /// Tokens the pipe herd passes per run.
+    #[arg(long, value_name = "N", default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub herd_limit: u64,
+    /// Also write the tables as markdown to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(subcommand)]
     pub workload: WorkloadCommand,
@@ -225,6 +253,8 @@ mod tests {
             "trace --mode fentry",
             "top --mode tracepoint --interval 0.5 -p 1 -c x --class pipe-mutex --workload pipe-herd",
             "top -- sleep 1",
+            "overhead --pairs 2 --seconds 0.5 --workload pipe-herd,lockref-stat --mode tracepoint --markdown a.md \
+             --json a.json",
             "trace --interval 0.5 --reset --sort hold-max --hist --csv a.csv --class lockref",
             "run pipe-throughput --duration 1 --passes 3 --copies 2 --runs 2 --cpus 0-1,3 --json a --csv b \
              -q --no-counters --trace --trace-mode tracepoint",

@@ -14,6 +14,7 @@ pub mod error;
 pub mod inspector;
 pub mod interrupt;
 pub mod lockstats;
+pub mod overhead;
 pub mod privilege;
 pub mod progstats;
 pub mod probe;

@@ -186,6 +186,10 @@ pub struct TraceReport {
     pub notes: Vec<String>,
     /// pipelock's own programs: runs, run time, recursion misses.
     pub programs: Vec<crate::progstats::ProgramStats>,
+    /// pipelock's maps: entries used, capacity, kernel memory.
+    pub maps: Vec<crate::trace::MapFill>,
+    /// CPU time pipelock's own process used (not the traced load's).
+    pub tracer_cpu_s: Option<f64>,
 }
 
 impl TraceReport {
@@ -202,6 +206,8 @@ impl TraceReport {
             percentile_resolution: PERCENTILE_RESOLUTION,
             notes: Vec::new(),
             programs: Vec::new(),
+            maps: Vec::new(),
+            tracer_cpu_s: None,
         }
     }
 
@@ -553,6 +559,8 @@ mod tests {
             percentile_resolution: PERCENTILE_RESOLUTION,
             notes: vec!["lockref: n/a in tracepoint mode".into()],
             programs: Vec::new(),
+            maps: Vec::new(),
+            tracer_cpu_s: None,
         }
     }
 

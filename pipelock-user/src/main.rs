@@ -50,6 +50,7 @@ fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Probe(args) => run_probe(&args, cli.ebpf_log),
         Command::Trace(args) => run_trace(&args, cli.ebpf_log),
+        Command::Overhead(args) => run_overhead(&args),
         Command::Top(args) => pipelock_user::top::run(pipelock_user::top::Options {
             mode: args.mode,
             interval: args.interval,
@@ -192,6 +193,36 @@ impl IntervalCsv {
         self.file.write_all(&block).map_err(fail)?;
         self.file.sync_data().map_err(fail)
     }
+}
+
+fn run_overhead(args: &pipelock_user::cli::OverheadArgs) -> Result<(), Error> {
+    use pipelock_user::overhead;
+    let outputs = Outputs::prepare(args.json.as_deref(), None)?;
+    let mode_name = |m: &trace::ModeArg| match m {
+        trace::ModeArg::Auto => "auto",
+        trace::ModeArg::Fentry => "fentry",
+        trace::ModeArg::Kprobe => "kprobe",
+        trace::ModeArg::Tracepoint => "tracepoint",
+    };
+    let results = overhead::run(&overhead::Options {
+        pairs: usize::from(args.pairs),
+        seconds: args.seconds.as_secs_f64(),
+        workloads: args.workloads.iter().map(|w| w.subcommand().to_owned()).collect(),
+        modes: args.modes.iter().map(|m| mode_name(m).to_owned()).collect(),
+        herd_limit: args.herd_limit,
+    })?;
+    let markdown = overhead::to_markdown(&results);
+    print!("{markdown}");
+    if let Some(path) = &args.markdown {
+        let staging = path.with_extension("md.partial");
+        fs::write(&staging, &markdown)
+            .and_then(|()| fs::rename(&staging, path))
+            .map_err(|source| Error::Output {
+                path: path.clone(),
+                source,
+            })?;
+    }
+    outputs.write_with(|_| serde_json::to_vec_pretty(&results).map_err(io::Error::other))
 }
 
 fn run_workload(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {

@@ -12,10 +12,10 @@ use std::{
 
 use aya::Ebpf;
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One loaded program's kernel-side counters.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProgramStats {
     pub name: String,
     pub run_count: u64,

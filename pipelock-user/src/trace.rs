@@ -9,6 +9,7 @@
 //! `auto` tries fentry, then kprobes, then the tracepoints, saying why.
 use std::{
     collections::{BTreeMap, HashMap},
+    os::fd::{AsFd as _, AsRawFd as _},
     time::{Duration, Instant},
 };
 
@@ -439,7 +440,9 @@ impl Tracer {
     /// Reads and merges the maps into a report of everything since attach.
     pub fn report(&self) -> Result<TraceReport, Error> {
         let stats = self.read_stats()?;
-        self.build_report(&stats, self.started.elapsed())
+        let mut report = self.build_report(&stats, self.started.elapsed())?;
+        report.maps = self.map_fill();
+        Ok(report)
     }
 
     /// Every traced lock's statistics, the CPUs merged.
@@ -508,6 +511,7 @@ impl Tracer {
                     name,
                     used: count(map)?,
                     capacity: data.info().ok()?.max_entries(),
+                    memlock_bytes: memlock(data.fd().as_fd().as_raw_fd()),
                 })
             })
             .collect()
@@ -622,6 +626,8 @@ impl Tracer {
             percentile_resolution: PERCENTILE_RESOLUTION,
             notes: self.notes.clone(),
             programs,
+            maps: Vec::new(),
+            tracer_cpu_s: own_cpu_seconds(),
         })
     }
 }
@@ -637,6 +643,29 @@ pub struct MapFill {
     pub name: &'static str,
     pub used: usize,
     pub capacity: u32,
+    /// The kernel's accounting of the map's memory (`memlock` in fdinfo).
+    pub memlock_bytes: Option<u64>,
+}
+
+/// `memlock:` of one of this process's BPF map descriptors.
+fn memlock(fd: i32) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("memlock:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// CPU time this process (the collector: pipelock itself, not the traced
+/// load) has used, from /proc/self/stat.
+pub fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised comm; utime and stime are 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks as f64 / hz as f64)
 }
 
 /// `--interval`: each tick takes what the kernel gathered since the last one
@@ -680,9 +709,11 @@ impl IntervalCollector {
         for (lock, stats) in &fresh {
             lockstats::merge_stats(self.total.entry(*lock).or_insert(LockStats::EMPTY), stats);
         }
+        let mut total = tracer.build_report(&self.total, self.since.elapsed())?;
+        total.maps = fill.clone();
         Ok(Snapshot {
             interval: tracer.build_report(&fresh, interval)?,
-            total: tracer.build_report(&self.total, self.since.elapsed())?,
+            total,
             fill,
         })
     }

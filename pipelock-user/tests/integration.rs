@@ -1380,13 +1380,15 @@ fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
     }
     let (csv_path, json_path) = (scratch("interval.csv"), scratch("interval.json"));
     let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
-    let limit = if in_vm() { "40000" } else { "300000" };
+    // Several herds back to back, so that several intervals see contention
+    // even where one herd is over in a tenth of a second (TCG guests).
+    let (limit, runs) = if in_vm() { ("40000", "4") } else { ("300000", "1") };
     let out = run(pipelock()
-        .args(["trace", "--mode", "tracepoint", "--interval", "0.1", "--reset", "--csv"])
+        .args(["trace", "--mode", "tracepoint", "--interval", "0.05", "--reset", "--csv"])
         .arg(&csv_path)
         .arg("--json")
         .arg(&json_path)
-        .args(["--", &bin, "run", "pipe-herd", "-k", "5", "--limit", limit, "-q"]))?;
+        .args(["--", &bin, "run", "pipe-herd", "-k", "5", "--limit", limit, "--runs", runs, "-q"]))?;
     let (csv_text, json_text) = (fs::read(&csv_path), fs::read_to_string(&json_path));
     let _ = (fs::remove_file(&csv_path), fs::remove_file(&json_path));
     ensure!(out.status.success(), "trace --interval: {}", text(&out.stderr));

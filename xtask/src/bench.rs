@@ -196,3 +196,82 @@ pub fn bench_workloads(
     let _ = std::fs::remove_file(json);
     Ok(all_met)
 }
+
+/// Markers around the markdown a guest prints (its console mixes in kernel lines).
+const BEGIN: &str = "PIPELOCK-OVERHEAD-BEGIN";
+const END: &str = "PIPELOCK-OVERHEAD-END";
+
+/// `cargo xtask bench-overhead`: `pipelock overhead` here and, with `vm`, in
+/// each VM kernel; the tables go to docs/benchmarks.md (JSON beside it).
+pub fn bench_overhead(
+    root: &Path,
+    pipelock: &Path,
+    tools: &crate::bootstrap::Tools,
+    pairs: usize,
+    seconds: f64,
+    vm_kernels: Option<&[String]>,
+) -> Result<()> {
+    let out_dir = root.join("target/bench");
+    std::fs::create_dir_all(&out_dir)?;
+    let (host_md, host_json) = (out_dir.join("overhead-host.md"), out_dir.join("overhead-host.json"));
+    crate::run(
+        Command::new(pipelock)
+            .args(["overhead", "--pairs", &pairs.to_string(), "--seconds", &seconds.to_string()])
+            .arg("--markdown")
+            .arg(&host_md)
+            .arg("--json")
+            .arg(&host_json),
+    )?;
+    let mut doc = String::from(
+        "# pipelock's overhead\n\nRegenerate with `cargo xtask bench-overhead --vm` (the host alone: without \
+         `--vm`). Each cell alternates an untraced and a traced run of the same workload (A B A B …); the \
+         ratio is traced/untraced throughput (for pipe-herd, untraced/traced time), so 1.000 means free. \
+         Traced runs refresh every second (`--interval 1`, like `pipelock top`). BPF run time comes from \
+         the kernel's run-time statistics (a scoped `BPF_ENABLE_STATS` descriptor), the workload's CPU \
+         time from `getrusage` of the traced run's processes, map memory from the maps' `memlock`, and the \
+         collector's CPU from `/proc/self/stat`.\n\n## This host\n\n",
+    );
+    doc.push_str(&std::fs::read_to_string(&host_md)?);
+    let mut json = serde_json::json!({ "host": serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&host_json)?)? });
+    if let Some(only) = vm_kernels {
+        // TCG runs everything ~50x slower: shorter runs, a smaller herd.
+        let guest = format!(
+            "/pipelock overhead --pairs {pairs} --seconds 1 --herd-limit 20000 --mode fentry,kprobe,tracepoint \
+             --markdown /tmp/overhead.md --json /tmp/overhead.json >/dev/null; rc=$?; echo {BEGIN}; \
+             cat /tmp/overhead.md; echo {END}; (exit $rc)"
+        );
+        let options = crate::vm::Options {
+            only: only.to_vec(),
+            timeout: std::time::Duration::from_secs(3600),
+            kvm: false,
+            verbose: false,
+        };
+        for boot in crate::vm::boot_each(root, tools, &options, &guest)? {
+            let table = boot
+                .log
+                .split_once(BEGIN)
+                .and_then(|(_, rest)| rest.split_once(END))
+                .map(|(table, _)| table.trim().to_owned())
+                .filter(|t| t.contains("| workload |"));
+            let Some(table) = table else {
+                anyhow::bail!(
+                    "{}: no overhead table in the guest log (timed out: {}); see target/vm/{}.log",
+                    boot.kernel,
+                    boot.timed_out,
+                    boot.kernel
+                );
+            };
+            doc.push_str(&format!(
+                "\n## VM: {} (qemu TCG, single-threaded: absolute costs are inflated, ratios compare)\n\n{table}\n",
+                boot.kernel
+            ));
+            json[boot.kernel.as_str()] = serde_json::Value::String(table);
+        }
+    }
+    let docs = root.join("docs");
+    std::fs::create_dir_all(&docs)?;
+    std::fs::write(docs.join("benchmarks.md"), doc)?;
+    std::fs::write(docs.join("benchmarks.json"), serde_json::to_string_pretty(&json)?)?;
+    println!("xtask: wrote docs/benchmarks.md and docs/benchmarks.json");
+    Ok(())
+}

@@ -54,6 +54,23 @@ enum Task {
         #[arg(long = "workload", value_name = "NAME")]
         only: Vec<String>,
     },
+    /// Measure pipelock's own cost (`pipelock overhead`) on this host and,
+    /// with --vm, in the VM kernels (fentry and kprobe modes); writes
+    /// docs/benchmarks.md and docs/benchmarks.json.
+    BenchOverhead {
+        /// Alternating untraced/traced pairs per cell.
+        #[arg(long, default_value_t = 5)]
+        pairs: usize,
+        /// Seconds per timed run.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Also measure inside the VM kernels (slow: TCG emulation).
+        #[arg(long)]
+        vm: bool,
+        /// With --vm: only kernels whose name contains this (repeatable).
+        #[arg(long = "kernel", value_name = "NAME")]
+        kernels: Vec<String>,
+    },
     /// Run the integration tests inside each kernel of xtask/vm-kernels.txt
     /// under qemu (TCG), fetching kernels and qemu as needed.
     VmTest(VmArgs),
@@ -116,6 +133,17 @@ fn task(task: Task) -> Result<()> {
                 bail!("a workload is below the target ratio");
             }
             Ok(())
+        }
+        Task::BenchOverhead {
+            pairs,
+            seconds,
+            vm,
+            kernels,
+        } => {
+            let pipelock = build(&root)?;
+            bootstrap::ensure_debian_packages(&[("linux-perf", &|| bootstrap::which("perf").is_some())])?;
+            let tools = bootstrap::ensure(&root)?;
+            bench::bench_overhead(&root, &pipelock, &tools, pairs, seconds, vm.then_some(kernels.as_slice()))
         }
         Task::VmTest(args) => {
             let tools = bootstrap::ensure(&root)?;

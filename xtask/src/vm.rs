@@ -130,7 +130,64 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     chunks(a).cmp(&chunks(b))
 }
 
+/// One kernel's boot: its name, console log, whether it timed out, and the
+/// nonce of its result sentinel.
+pub struct Boot {
+    pub kernel: String,
+    pub log: String,
+    pub timed_out: bool,
+    pub nonce: String,
+}
+
 pub fn vm_test(root: &Path, tools: &crate::bootstrap::Tools, options: &Options) -> Result<Counts> {
+    let mut total = Counts::default();
+    let mut failures = Vec::new();
+    for boot in boot_each(root, tools, options, "/integration")? {
+        let judgement = guest_log::judge(
+            &boot.log,
+            &boot.nonce,
+            boot.timed_out.then_some(options.timeout.as_secs()),
+        );
+        let counts = judgement.counts.unwrap_or_default();
+        eprintln!(
+            "vm-test: {}: {} ({} passed, {} failed, {} skipped; log {})",
+            boot.kernel,
+            judgement.verdict,
+            counts.passed,
+            counts.failed,
+            counts.skipped,
+            root.join(format!("target/vm/{}.log", boot.kernel)).display()
+        );
+        total.passed += counts.passed;
+        total.skipped += counts.skipped;
+        total.failed += counts.failed;
+        if let Verdict::Failed(why) = judgement.verdict {
+            // A boot that died before the tests counts as one failure.
+            if counts.failed == 0 {
+                total.failed += 1;
+            }
+            failures.push(format!("{}: {why}", boot.kernel));
+        }
+    }
+    println!(
+        "vm-test: {} passed, {} failed, {} skipped",
+        total.passed, total.failed, total.skipped
+    );
+    if !failures.is_empty() {
+        bail!("vm-test failed on {}", failures.join("; "));
+    }
+    Ok(total)
+}
+
+/// Boots each selected kernel with `guest` as the command its /init runs
+/// (with /pipelock and /integration beside it); the logs are kept under
+/// target/vm.
+pub fn boot_each(
+    root: &Path,
+    tools: &crate::bootstrap::Tools,
+    options: &Options,
+    guest: &str,
+) -> Result<Vec<Boot>> {
     let list = root.join("xtask/vm-kernels.txt");
     let kernels = parse_kernel_list(&fs::read_to_string(&list).with_context(|| list.display().to_string())?)?;
     // One private package list for every suite the kernel list names.
@@ -160,8 +217,7 @@ pub fn vm_test(root: &Path, tools: &crate::bootstrap::Tools, options: &Options) 
     let vm_dir = root.join("target/vm");
     let apt = PrivateApt::new(&vm_dir.join("apt"));
 
-    let mut total = Counts::default();
-    let mut failures = Vec::new();
+    let mut boots = Vec::new();
     for kernel in selected {
         let image = match &kernel.source {
             Source::File(path) => path.clone(),
@@ -169,43 +225,20 @@ pub fn vm_test(root: &Path, tools: &crate::bootstrap::Tools, options: &Options) 
         };
         let nonce = nonce();
         let initramfs = vm_dir.join(format!("initramfs-{}.cpio", kernel.name));
-        write_initramfs(&initramfs, &pipelock, &integration, kernel, &nonce)?;
+        write_initramfs(&initramfs, &pipelock, &integration, kernel, &nonce, guest)?;
         let (log, timed_out) = boot(&kernel.name, &image, &initramfs, options)?;
-        let log_path = vm_dir.join(format!("{}.log", kernel.name));
-        fs::write(&log_path, &log)?;
+        fs::write(vm_dir.join(format!("{}.log", kernel.name)), &log)?;
         if !options.verbose {
             let _ = fs::remove_file(&initramfs);
         }
-        let judgement = guest_log::judge(&log, &nonce, timed_out.then_some(options.timeout.as_secs()));
-        let counts = judgement.counts.unwrap_or_default();
-        eprintln!(
-            "vm-test: {}: {} ({} passed, {} failed, {} skipped; log {})",
-            kernel.name,
-            judgement.verdict,
-            counts.passed,
-            counts.failed,
-            counts.skipped,
-            log_path.display()
-        );
-        total.passed += counts.passed;
-        total.skipped += counts.skipped;
-        total.failed += counts.failed;
-        if let Verdict::Failed(why) = judgement.verdict {
-            // A boot that died before the tests counts as one failure.
-            if counts.failed == 0 {
-                total.failed += 1;
-            }
-            failures.push(format!("{}: {why}", kernel.name));
-        }
+        boots.push(Boot {
+            kernel: kernel.name.clone(),
+            log,
+            timed_out,
+            nonce,
+        });
     }
-    println!(
-        "vm-test: {} passed, {} failed, {} skipped",
-        total.passed, total.failed, total.skipped
-    );
-    if !failures.is_empty() {
-        bail!("vm-test failed on {}", failures.join("; "));
-    }
-    Ok(total)
+    Ok(boots)
 }
 
 fn nonce() -> String {
@@ -293,9 +326,9 @@ fn build_static(root: &Path, tools: &crate::bootstrap::Tools) -> Result<(PathBuf
     Ok((pipelock, integration))
 }
 
-/// The guest's /init: mount what pipelock needs, run the tests, print the
-/// result line with the nonce, power off.
-fn init_script(kernel: &Kernel, nonce: &str) -> String {
+/// The guest's /init: mount what pipelock needs, run `guest` (the tests),
+/// print the result line with the nonce, power off.
+fn init_script(kernel: &Kernel, nonce: &str, guest: &str) -> String {
     format!(
         r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -308,7 +341,7 @@ mount -t bpf bpf /sys/fs/bpf
 mount -t tmpfs tmp /tmp
 export PIPELOCK_BIN=/pipelock PIPELOCK_IN_VM=1 PIPELOCK_EXPECT_PROGRAM_TYPES={expected} PATH=/bin
 echo "pipelock-vm: {name}: $(cat /proc/sys/kernel/osrelease)"
-/integration
+{guest}
 echo "{sentinel}$?"
 poweroff -f
 "#,
@@ -324,11 +357,12 @@ fn write_initramfs(
     integration: &Path,
     kernel: &Kernel,
     nonce: &str,
+    guest: &str,
 ) -> Result<()> {
     let busybox = fs::read(BUSYBOX)?;
     let pipelock = fs::read(pipelock)?;
     let integration = fs::read(integration)?;
-    let init = init_script(kernel, nonce);
+    let init = init_script(kernel, nonce, guest);
     let dirs = ["bin", "dev", "proc", "sys", "tmp"];
     let mut entries: Vec<cpio::Entry<'_>> = dirs.iter().map(|path| cpio::Entry::Dir { path }).collect();
     entries.extend([

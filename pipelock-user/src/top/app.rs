@@ -377,6 +377,8 @@ pub mod tests {
                 run_time_ns: 50_000,
                 recursion_misses: 0,
             }],
+            maps: Vec::new(),
+            tracer_cpu_s: None,
         }
     }
 
@@ -397,6 +399,7 @@ pub mod tests {
                     name: "LOCK_STATS",
                     used: n as usize,
                     capacity: 4096,
+                    memlock_bytes: None,
                 }],
             },
             elapsed_s: 10.0,

@@ -1,0 +1,471 @@
+//! `pipelock overhead`: what tracing costs the workloads it measures.
+//!
+//! Each workload runs untraced and traced, alternating (A B A B …, so drift
+//! on a noisy machine hits both), in every attach mode this kernel allows,
+//! and beside them under `perf lock record` when perf is installed. Ratios
+//! are traced/untraced throughput (for the herd, untraced/traced time), so
+//! 1.0 means free. Traced runs use `--interval 1`, like `pipelock top`, and
+//! report the kernel's run-time accounting of every pipelock program, the
+//! maps' memory and the collector's own CPU time.
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use serde::Serialize;
+
+use crate::{Error, progstats::ProgramStats};
+
+/// Targets of the overhead issue; a row that misses one says so.
+pub const TRACEPOINT_TARGET: f64 = 0.97;
+pub const FENTRY_TARGET: f64 = 0.85;
+pub const BPF_SHARE_TARGET: f64 = 0.10;
+pub const COLLECTOR_TARGET: f64 = 0.01;
+
+pub struct Options {
+    pub pairs: usize,
+    pub seconds: f64,
+    pub workloads: Vec<String>,
+    pub modes: Vec<String>,
+    /// Tokens the herd passes per run (smaller under emulation).
+    pub herd_limit: u64,
+}
+
+struct Case {
+    name: &'static str,
+    args: Vec<String>,
+    /// Rates compare traced/untraced; times (pipe-herd) untraced/traced.
+    higher_is_better: bool,
+}
+
+fn cases(seconds: f64, herd_limit: u64, stat_target: &Path) -> Vec<Case> {
+    let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    vec![
+        Case {
+            name: "pipe-throughput",
+            args: words(&format!("pipe-throughput --passes 1 --duration {seconds}")),
+            higher_is_better: true,
+        },
+        Case {
+            name: "pipe-herd",
+            args: words(&format!("pipe-herd -k 6 --limit {herd_limit}")),
+            higher_is_better: false,
+        },
+        Case {
+            name: "lockref-stat",
+            args: words(&format!(
+                "lockref-stat --threads 2 --duration {seconds} --path {}",
+                stat_target.display()
+            )),
+            higher_is_better: true,
+        },
+    ]
+}
+
+/// One (workload, tracer) pair of the table.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub workload: String,
+    /// `fentry`, `kprobe`, `tracepoint` or `perf lock record`.
+    pub tracer: String,
+    pub ratio_median: f64,
+    pub ratio_min: f64,
+    pub ratio_max: f64,
+    /// pipelock's programs, summed over the last traced run.
+    pub bpf_runs: Option<u64>,
+    pub bpf_ns_per_run: Option<f64>,
+    /// BPF run time over the CPU time of the traced run's processes.
+    pub bpf_share_of_cpu: Option<f64>,
+    pub map_memory_bytes: Option<u64>,
+    /// The collector's CPU time over the run's wall time (1 s refresh).
+    pub collector_cpu_share: Option<f64>,
+    pub programs: Vec<ProgramStats>,
+    /// Which target this row answers to, and whether it is met.
+    pub target: Option<(f64, bool)>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub kernel: String,
+    pub cpu: String,
+    pub cpus: usize,
+    pub pairs: usize,
+    pub rows: Vec<Row>,
+    /// Modes or tools that could not be measured here, and why.
+    pub skipped: Vec<String>,
+}
+
+fn exe() -> Result<PathBuf, Error> {
+    std::env::current_exe().map_err(|source| Error::Io {
+        what: "finding the pipelock binary",
+        source,
+    })
+}
+
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("pipelock-overhead-{}-{name}", std::process::id()))
+}
+
+/// CPU time (user + system) of every reaped descendant so far.
+fn children_cpu_s() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+fn run_quietly(command: &mut Command) -> Result<(), Error> {
+    let out = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|source| Error::Io {
+            what: "running a benchmark step",
+            source,
+        })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        return Err(Error::Usage(format!("{command:?} failed: {last}")));
+    }
+    Ok(())
+}
+
+fn workload_value(result: &Path) -> Result<f64, Error> {
+    let text = std::fs::read_to_string(result).map_err(|source| Error::Io {
+        what: "reading a workload result",
+        source,
+    })?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::Usage(format!("bad workload result: {e}")))?;
+    json["runs"][0]["value"]
+        .as_f64()
+        .ok_or_else(|| Error::Usage("no value in the workload result".to_owned()))
+}
+
+/// `pipelock run CASE --no-counters -q --json F`, optionally wrapped.
+fn workload_command(wrapper: &[String], case: &Case, result: &Path) -> Result<Command, Error> {
+    let exe = exe()?;
+    let mut argv: Vec<String> = wrapper.to_vec();
+    argv.push(exe.display().to_string());
+    argv.extend(["run".to_owned()]);
+    argv.extend(case.args.iter().cloned());
+    argv.extend(["--no-counters", "-q", "--json"].map(str::to_owned));
+    argv.push(result.display().to_string());
+    let mut command = Command::new(&argv[0]);
+    command.args(&argv[1..]);
+    Ok(command)
+}
+
+/// What one traced run cost, from its trace report.
+struct Cost {
+    programs: Vec<ProgramStats>,
+    cpu_s: f64,
+    map_memory: Option<u64>,
+    collector_share: Option<f64>,
+}
+
+fn traced(mode: &str, case: &Case) -> Result<(f64, Cost), Error> {
+    let (result, report) = (scratch("result.json"), scratch("trace.json"));
+    let wrapper = [
+        exe()?.display().to_string(),
+        "trace".into(),
+        "--mode".into(),
+        mode.into(),
+        "--interval".into(),
+        "1".into(),
+        "--json".into(),
+        report.display().to_string(),
+        "--".into(),
+    ];
+    let before = children_cpu_s();
+    run_quietly(&mut workload_command(&wrapper, case, &result)?)?;
+    let cpu_s = children_cpu_s() - before;
+    let value = workload_value(&result)?;
+    let text = std::fs::read_to_string(&report).map_err(|source| Error::Io {
+        what: "reading the trace report",
+        source,
+    })?;
+    let _ = (std::fs::remove_file(&result), std::fs::remove_file(&report));
+    let report: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::Usage(format!("bad trace report: {e}")))?;
+    let programs: Vec<ProgramStats> = serde_json::from_value(report["programs"].clone()).unwrap_or_default();
+    let map_memory = report["maps"]
+        .as_array()
+        .map(|maps| maps.iter().filter_map(|m| m["memlock_bytes"].as_u64()).sum());
+    let collector_share = match (report["tracer_cpu_s"].as_f64(), report["duration_s"].as_f64()) {
+        (Some(cpu), Some(wall)) if wall > 0.0 => Some(cpu / wall),
+        _ => None,
+    };
+    Ok((
+        value,
+        Cost {
+            programs,
+            cpu_s,
+            map_memory,
+            collector_share,
+        },
+    ))
+}
+
+fn untraced(case: &Case, wrapper: &[String]) -> Result<f64, Error> {
+    let result = scratch("result.json");
+    run_quietly(&mut workload_command(wrapper, case, &result)?)?;
+    let value = workload_value(&result);
+    let _ = std::fs::remove_file(&result);
+    value
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// Whether `mode` attaches here: a tenth of a second of tracing.
+fn mode_refusal(mode: &str) -> Result<Option<String>, Error> {
+    let out = Command::new(exe()?)
+        .args(["trace", "--mode", mode, "--duration", "0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|source| Error::Io {
+            what: "probing an attach mode",
+            source,
+        })?;
+    Ok((!out.status.success()).then(|| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        format!("{mode}: {}", last.trim_start_matches("pipelock: error: "))
+    }))
+}
+
+fn perf_binary() -> Option<PathBuf> {
+    ["/usr/bin/perf", "/usr/local/bin/perf"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+fn target(tracer: &str, workload: &str) -> Option<f64> {
+    match (tracer, workload) {
+        ("tracepoint", "pipe-throughput" | "pipe-herd") => Some(TRACEPOINT_TARGET),
+        ("fentry", "pipe-throughput") => Some(FENTRY_TARGET),
+        _ => None,
+    }
+}
+
+pub fn run(options: &Options) -> Result<Results, Error> {
+    crate::privilege::require()?;
+    let stat_target = scratch("stat-target");
+    std::fs::write(&stat_target, b"").map_err(|source| Error::Io {
+        what: "creating the stat() target",
+        source,
+    })?;
+    let mut skipped = Vec::new();
+    let mut modes = Vec::new();
+    for mode in &options.modes {
+        match mode_refusal(mode)? {
+            None => modes.push(mode.clone()),
+            Some(why) => skipped.push(why),
+        }
+    }
+    let perf = perf_binary();
+    if perf.is_none() {
+        skipped.push("perf lock record: perf is not installed (Debian: linux-perf)".to_owned());
+    }
+    let mut rows = Vec::new();
+    for case in cases(options.seconds, options.herd_limit, &stat_target) {
+        if !options.workloads.is_empty() && !options.workloads.iter().any(|w| w == case.name) {
+            continue;
+        }
+        let ratio = |traced: f64, bare: f64| {
+            if case.higher_is_better {
+                traced / bare
+            } else {
+                bare / traced
+            }
+        };
+        let mut tracers: Vec<String> = modes.clone();
+        if perf.is_some() {
+            tracers.push("perf lock record".to_owned());
+        }
+        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
+        let mut costs: Vec<Option<Cost>> = (0..tracers.len()).map(|_| None).collect();
+        for pair in 0..options.pairs {
+            eprintln!("pipelock overhead: {} pair {}/{}", case.name, pair + 1, options.pairs);
+            for (i, tracer) in tracers.iter().enumerate() {
+                let bare = untraced(&case, &[])?;
+                let value = if let (Some(perf), "perf lock record") = (&perf, tracer.as_str()) {
+                    let data = scratch("perf.data");
+                    let wrapper = [
+                        perf.display().to_string(),
+                        "lock".into(),
+                        "record".into(),
+                        "-o".into(),
+                        data.display().to_string(),
+                        "--".into(),
+                    ];
+                    let value = untraced(&case, &wrapper);
+                    let _ = std::fs::remove_file(&data);
+                    value?
+                } else {
+                    let (value, cost) = traced(tracer, &case)?;
+                    costs[i] = Some(cost);
+                    value
+                };
+                ratios[i].push(ratio(value, bare));
+            }
+        }
+        for (i, tracer) in tracers.iter().enumerate() {
+            let values = &mut ratios[i];
+            let (lo, hi) = (
+                values.iter().copied().fold(f64::INFINITY, f64::min),
+                values.iter().copied().fold(0.0, f64::max),
+            );
+            let ratio_median = median(values);
+            let cost = costs[i].take();
+            let runs = cost.as_ref().map(|c| c.programs.iter().map(|p| p.run_count).sum::<u64>());
+            let run_ns = cost.as_ref().map(|c| c.programs.iter().map(|p| p.run_time_ns).sum::<u64>());
+            let goal = target(tracer, case.name);
+            rows.push(Row {
+                workload: case.name.to_owned(),
+                tracer: tracer.clone(),
+                ratio_median,
+                ratio_min: lo,
+                ratio_max: hi,
+                bpf_runs: runs,
+                bpf_ns_per_run: runs.zip(run_ns).and_then(|(r, t)| (r > 0).then(|| t as f64 / r as f64)),
+                bpf_share_of_cpu: cost
+                    .as_ref()
+                    .zip(run_ns)
+                    .and_then(|(c, t)| (c.cpu_s > 0.0).then(|| t as f64 / 1e9 / c.cpu_s)),
+                map_memory_bytes: cost.as_ref().and_then(|c| c.map_memory),
+                collector_cpu_share: cost.as_ref().and_then(|c| c.collector_share),
+                programs: cost.map(|c| c.programs).unwrap_or_default(),
+                target: goal.map(|g| (g, ratio_median >= g)),
+            });
+        }
+    }
+    let _ = std::fs::remove_file(&stat_target);
+    Ok(Results {
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+        cpu: std::fs::read_to_string("/proc/cpuinfo")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned()))
+            .unwrap_or_else(|| "unknown".to_owned()),
+        cpus: std::thread::available_parallelism().map_or(1, usize::from),
+        pairs: options.pairs,
+        rows,
+        skipped,
+    })
+}
+
+fn percent(share: Option<f64>) -> String {
+    share.map_or_else(|| "–".to_owned(), |s| format!("{:.2} %", s * 100.0))
+}
+
+/// The results as markdown: the ratio table, the per-program table, and
+/// every target with its verdict.
+pub fn to_markdown(results: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Kernel {}, {} × {}, {} alternating pairs per cell.\n",
+        results.kernel, results.cpus, results.cpu, results.pairs
+    );
+    out.push_str(
+        "| workload | tracer | traced/untraced (median) | min – max | BPF runs | ns per run | BPF time / workload CPU \
+         | map memory | collector CPU (1 s refresh) | target |\n",
+    );
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    for row in &results.rows {
+        let target = match row.target {
+            Some((goal, true)) => format!("≥ {goal}: met"),
+            Some((goal, false)) => format!("≥ {goal}: **missed**"),
+            None => "–".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.3} | {:.3} – {:.3} | {} | {} | {} | {} | {} | {target} |",
+            row.workload,
+            row.tracer,
+            row.ratio_median,
+            row.ratio_min,
+            row.ratio_max,
+            row.bpf_runs.map_or_else(|| "–".to_owned(), |r| r.to_string()),
+            row.bpf_ns_per_run
+                .map_or_else(|| "–".to_owned(), |ns| format!("{ns:.0}")),
+            percent(row.bpf_share_of_cpu),
+            row.map_memory_bytes
+                .map_or_else(|| "–".to_owned(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+            percent(row.collector_cpu_share),
+        );
+    }
+    out.push_str("\nPer program (the last traced run of each cell):\n\n");
+    out.push_str("| workload | mode | program | runs | ns per run | recursion misses |\n|---|---|---|---|---|---|\n");
+    for row in &results.rows {
+        for p in row.programs.iter().filter(|p| p.run_count > 0) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.0} | {} |",
+                row.workload,
+                row.tracer,
+                p.name,
+                p.run_count,
+                p.run_time_ns as f64 / p.run_count as f64,
+                p.recursion_misses
+            );
+        }
+    }
+    let checks: Vec<String> = results
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let share = (row.tracer == "fentry").then_some(row.bpf_share_of_cpu).flatten();
+            let mut lines = Vec::new();
+            if let Some(share) = share {
+                lines.push(format!(
+                    "- {} fentry: BPF time {:.2} % of the workload's CPU (target ≤ {:.0} %): {}",
+                    row.workload,
+                    share * 100.0,
+                    BPF_SHARE_TARGET * 100.0,
+                    if share <= BPF_SHARE_TARGET { "met" } else { "**missed**" }
+                ));
+            }
+            if let Some(c) = row.collector_cpu_share {
+                lines.push(format!(
+                    "- {} {}: collector {:.2} % of one CPU (target ≤ {:.0} %): {}",
+                    row.workload,
+                    row.tracer,
+                    c * 100.0,
+                    COLLECTOR_TARGET * 100.0,
+                    if c <= COLLECTOR_TARGET { "met" } else { "**missed**" }
+                ));
+            }
+            (!lines.is_empty()).then(|| lines.join("\n"))
+        })
+        .collect();
+    if !checks.is_empty() {
+        let _ = writeln!(out, "\n{}", checks.join("\n"));
+    }
+    for why in &results.skipped {
+        let _ = writeln!(out, "\nNot measured here: {why}");
+    }
+    out
+}
