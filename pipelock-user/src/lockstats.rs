@@ -188,7 +188,8 @@ pub struct TraceReport {
     pub programs: Vec<crate::progstats::ProgramStats>,
     /// pipelock's maps: entries used, capacity, kernel memory.
     pub maps: Vec<crate::trace::MapFill>,
-    /// CPU time pipelock's own process used (not the traced load's).
+    /// CPU time pipelock's own process used since attaching (the collector;
+    /// not the traced load's, not the one-off loading).
     pub tracer_cpu_s: Option<f64>,
 }
 

@@ -153,6 +153,9 @@ pub struct Tracer {
     attached: Attached,
     started: Instant,
     _stats: Option<crate::progstats::StatsGuard>,
+    /// This process's CPU time when attaching was done: loading (BTF parsing,
+    /// verification) is a one-off cost, not the collector's.
+    cpu_at_attach: Option<f64>,
     /// What the report must say this mode or kernel could not measure.
     notes: Vec<String>,
 }
@@ -328,6 +331,21 @@ fn class_list(mask: u32) -> String {
 
 impl Tracer {
     pub fn attach(mode: ModeArg, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
+        let mut tracer = Self::load_and_attach(mode, filters, ebpf_log)?;
+        // One read of everything now: the first per-CPU map read (aya reads
+        // the possible-CPU list) and info calls (aya probes kernel features)
+        // cost tens of ms once; that belongs to loading, not to the collector.
+        let _ = (
+            tracer.map_fill(),
+            crate::progstats::collect(&tracer.ebpf),
+            aya::util::nr_cpus(),
+        );
+        // Measured once the loader's BTF copies are freed, too.
+        tracer.cpu_at_attach = own_cpu_seconds();
+        Ok(tracer)
+    }
+
+    fn load_and_attach(mode: ModeArg, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
         crate::privilege::require()?;
         let inspector = KernelInspector::live();
         if crate::ebpf::OBJECT.is_empty() {
@@ -406,6 +424,7 @@ impl Tracer {
             attached,
             started: Instant::now(),
             _stats: crate::progstats::StatsGuard::enable(),
+            cpu_at_attach: None,
             notes,
         })
     }
@@ -440,7 +459,8 @@ impl Tracer {
     /// Reads and merges the maps into a report of everything since attach.
     pub fn report(&self) -> Result<TraceReport, Error> {
         let stats = self.read_stats()?;
-        let mut report = self.build_report(&stats, self.started.elapsed())?;
+        let ids = self.read_identities()?;
+        let mut report = self.build_report(&stats, &ids, self.started.elapsed())?;
         report.maps = self.map_fill();
         Ok(report)
     }
@@ -524,26 +544,41 @@ impl Tracer {
         })
     }
 
-    /// The report of `stats`, measured over `duration`.
-    fn build_report(&self, stats: &HashMap<u64, LockStats>, duration: Duration) -> Result<TraceReport, Error> {
+    /// What each lock is and who was seen on it (read once per report or tick:
+    /// the process map can hold thousands of entries, two syscalls each).
+    fn read_identities(&self) -> Result<Identities, Error> {
         let info: BpfHashMap<_, u64, LockInfo> =
             BpfHashMap::try_from(self.map(maps::LOCK_INFO)?).map_err(map_err(maps::LOCK_INFO))?;
         let users: BpfHashMap<_, LockUser, [u8; 16]> =
             BpfHashMap::try_from(self.map(maps::LOCK_USERS)?).map_err(map_err(maps::LOCK_USERS))?;
-        let drops: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(self.map(maps::DROPS)?).map_err(map_err(maps::DROPS))?;
-
-        let mut comms: HashMap<u64, Vec<(u32, String)>> = HashMap::new();
+        let mut ids = Identities::default();
+        for entry in info.iter() {
+            let (lock, lock_info) = entry.map_err(map_err(maps::LOCK_INFO))?;
+            ids.info.insert(lock, lock_info);
+        }
         for entry in users.iter() {
             let (user, comm) = entry.map_err(map_err(maps::LOCK_USERS))?;
             let comm = String::from_utf8_lossy(comm.split(|b| *b == 0).next().unwrap_or(&[])).into_owned();
-            comms.entry(user.lock).or_default().push((user.tgid, comm));
+            ids.comms.entry(user.lock).or_default().push((user.tgid, comm));
         }
+        Ok(ids)
+    }
+
+    /// The report of `stats`, measured over `duration`.
+    fn build_report(
+        &self,
+        stats: &HashMap<u64, LockStats>,
+        ids: &Identities,
+        duration: Duration,
+    ) -> Result<TraceReport, Error> {
+        let drops: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.map(maps::DROPS)?).map_err(map_err(maps::DROPS))?;
+        let comms = &ids.comms;
 
         let hooked = !matches!(self.attached, Attached::Tracepoint { .. });
         let mut rows = Vec::new();
         for (&lock, merged) in stats {
-            let lock_info = info.get(&lock, 0).ok();
+            let lock_info = ids.info.get(&lock).copied();
             // fentry mode notes processes once per pipe (at its mutex address);
             // every lock of that pipe shares them.
             let mut users = comms.get(&lock).cloned().unwrap_or_default();
@@ -627,7 +662,9 @@ impl Tracer {
             notes: self.notes.clone(),
             programs,
             maps: Vec::new(),
-            tracer_cpu_s: own_cpu_seconds(),
+            tracer_cpu_s: own_cpu_seconds()
+                .zip(self.cpu_at_attach)
+                .map(|(now, attached)| now - attached),
         })
     }
 }
@@ -635,6 +672,13 @@ impl Tracer {
 fn map_err(name: &str) -> impl FnOnce(aya::maps::MapError) -> Error + use<> {
     let name = name.to_owned();
     move |source| Error::Map { map: name, source }
+}
+
+/// `LOCK_INFO` and `LOCK_USERS`, read into memory.
+#[derive(Default)]
+struct Identities {
+    info: HashMap<u64, LockInfo>,
+    comms: HashMap<u64, Vec<(u32, String)>>,
 }
 
 /// Entries in one of pipelock's maps.
@@ -656,16 +700,16 @@ fn memlock(fd: i32) -> Option<u64> {
 }
 
 /// CPU time this process (the collector: pipelock itself, not the traced
-/// load) has used, from /proc/self/stat.
+/// load) has used, all threads. getrusage rather than /proc/self/stat:
+/// the latter counts in 10 ms ticks, too coarse for a 1 % budget.
 pub fn own_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the parenthesised comm; utime and stime are 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (hz > 0).then(|| ticks as f64 / hz as f64)
+    // SAFETY: getrusage fills the struct we own.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        (libc::getrusage(libc::RUSAGE_SELF, &mut usage) == 0).then_some(usage)
+    }?;
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(secs(usage.ru_utime) + secs(usage.ru_stime))
 }
 
 /// `--interval`: each tick takes what the kernel gathered since the last one
@@ -709,10 +753,11 @@ impl IntervalCollector {
         for (lock, stats) in &fresh {
             lockstats::merge_stats(self.total.entry(*lock).or_insert(LockStats::EMPTY), stats);
         }
-        let mut total = tracer.build_report(&self.total, self.since.elapsed())?;
+        let ids = tracer.read_identities()?;
+        let mut total = tracer.build_report(&self.total, &ids, self.since.elapsed())?;
         total.maps = fill.clone();
         Ok(Snapshot {
-            interval: tracer.build_report(&fresh, interval)?,
+            interval: tracer.build_report(&fresh, &ids, interval)?,
             total,
             fill,
         })

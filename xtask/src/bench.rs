@@ -229,7 +229,7 @@ pub fn bench_overhead(
          Traced runs refresh every second (`--interval 1`, like `pipelock top`). BPF run time comes from \
          the kernel's run-time statistics (a scoped `BPF_ENABLE_STATS` descriptor), the workload's CPU \
          time from `getrusage` of the traced run's processes, map memory from the maps' `memlock`, and the \
-         collector's CPU from `/proc/self/stat`.\n\n## This host\n\n",
+         collector's CPU from its own `getrusage`.\n\n## This host\n\n",
     );
     doc.push_str(&std::fs::read_to_string(&host_md)?);
     let mut json = serde_json::json!({ "host": serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&host_json)?)? });
