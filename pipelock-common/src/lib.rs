@@ -245,6 +245,11 @@ pub struct TaskPipe {
     pub contended: [u32; pipe_lock::COUNT],
     /// AND of those begins' flags (`LCB_F_SPIN` kept: it only spun).
     pub flags_and: [u32; pipe_lock::COUNT],
+    /// Bit `1 << index`: that lock's `LOCK_INFO` entry exists (this call).
+    pub registered: u32,
+    pub _pad: u32,
+    /// The pipe this thread was last recorded on in `LOCK_USERS`.
+    pub noted_pipe: u64,
 }
 
 /// What a traced lock belongs to.

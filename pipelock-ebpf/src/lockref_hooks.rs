@@ -11,15 +11,18 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes},
     macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::HashMap,
+    maps::LruHashMap,
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use pipelock_common::{Drop, LockInfo, TaskLockref, class};
 
 use crate::pipe_contention::{LOCK_INFO, config, count_drop, note_user, read, record, stats_of, wanted};
 
+/// One entry per thread, kept between calls (`depth` 0 outside a caller):
+/// `dput` runs on every path walk, and a lookup is much cheaper than an
+/// insert and a delete. LRU so threads that are gone make room.
 #[map]
-static TASK_LOCKREF: HashMap<u32, TaskLockref> = HashMap::with_max_entries(16384, 0);
+static TASK_LOCKREF: LruHashMap<u32, TaskLockref> = LruHashMap::with_max_entries(16384, 0);
 
 #[inline(always)]
 fn now() -> u64 {
@@ -39,19 +42,24 @@ fn enter(dentry: u64) {
         return;
     }
     let tid = pid_tgid as u32;
-    if let Some(state) = TASK_LOCKREF.get_ptr_mut(tid) {
-        // SAFETY: this task's own entry; no other task writes it.
-        unsafe { (*state).depth += 1 };
-        return;
-    }
-    let state = TaskLockref {
+    let fresh = TaskLockref {
         lockref: dentry + cfg.dentry_lockref as u64,
         dentry,
         start: now(),
         depth: 1,
         ..TaskLockref::default()
     };
-    if TASK_LOCKREF.insert(tid, state, 0).is_err() {
+    if let Some(state) = TASK_LOCKREF.get_ptr_mut(tid) {
+        // SAFETY: this task's own entry; no other task writes it.
+        let state = unsafe { &mut *state };
+        if state.depth > 0 {
+            state.depth += 1;
+        } else {
+            *state = fresh;
+        }
+        return;
+    }
+    if TASK_LOCKREF.insert(tid, fresh, 0).is_err() {
         count_drop(Drop::PendingFull);
     }
 }
@@ -66,12 +74,14 @@ fn leave() {
     };
     // SAFETY: as in enter.
     let state = unsafe { &mut *state };
-    state.depth = state.depth.saturating_sub(1);
+    if state.depth == 0 {
+        return;
+    }
+    state.depth -= 1;
     if state.depth > 0 {
         return;
     }
     let done = *state;
-    let _ = TASK_LOCKREF.remove(tid);
     let Some(stats) = stats_of(done.lockref) else {
         return;
     };
@@ -113,7 +123,7 @@ fn spin_call(lock: u64) {
     };
     // SAFETY: as in enter.
     let state = unsafe { &mut *state };
-    if lock == state.lockref {
+    if state.depth > 0 && lock == state.lockref {
         state.spin_start = now();
     }
 }
@@ -127,7 +137,7 @@ fn spin_acquired() {
     };
     // SAFETY: as in enter.
     let state = unsafe { &mut *state };
-    if state.spin_start != 0 {
+    if state.depth > 0 && state.spin_start != 0 {
         state.spin_start = 0;
         state.fell_back = 1;
         state.hold_start = now();
@@ -141,7 +151,7 @@ fn spin_released(lock: u64) {
     };
     // SAFETY: as in enter.
     let state = unsafe { &mut *state };
-    if lock != state.lockref || state.hold_start == 0 {
+    if state.depth == 0 || lock != state.lockref || state.hold_start == 0 {
         return;
     }
     let held = now().saturating_sub(state.hold_start);

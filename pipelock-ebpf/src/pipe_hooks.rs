@@ -11,15 +11,19 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map},
-    maps::HashMap,
+    maps::LruHashMap,
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use pipelock_common::{LCB_F_SPIN, LockInfo, TaskPipe, class, pipe_lock};
 
 use crate::pipe_contention::{LOCK_INFO, config, note_user, read, record, stats_of, wanted};
 
+/// One entry per thread that has done pipe I/O, kept between calls (`pipe`
+/// 0 while outside one) so that the per-call work is two lookups, not an
+/// insert and a delete (map updates take a bucket lock); LRU so threads
+/// that are gone make room.
 #[map]
-static TASK_PIPE: HashMap<u32, TaskPipe> = HashMap::with_max_entries(16384, 0);
+static TASK_PIPE: LruHashMap<u32, TaskPipe> = LruHashMap::with_max_entries(16384, 0);
 
 const CLASSES: [u32; pipe_lock::COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
 
@@ -52,12 +56,30 @@ fn enter_pipe_call(kiocb: u64) {
     let ino = read::<u64>(file + cfg.file_inode as u64)
         .and_then(|inode| read::<u64>(inode + cfg.inode_ino as u64))
         .unwrap_or(0);
+    let tid = pid_tgid as u32;
+    if let Some(state) = TASK_PIPE.get_ptr_mut(tid) {
+        // SAFETY: this task's own entry; no other task writes it.
+        let state = unsafe { &mut *state };
+        // The process is recorded on a pipe once per thread and pipe, not
+        // once per call (a hash lookup saved on every read and write).
+        if state.noted_pipe != pipe {
+            note_user(pipe, tgid);
+        }
+        *state = TaskPipe {
+            pipe,
+            ino,
+            noted_pipe: pipe,
+            ..TaskPipe::default()
+        };
+        return;
+    }
     let state = TaskPipe {
         pipe,
         ino,
+        noted_pipe: pipe,
         ..TaskPipe::default()
     };
-    if TASK_PIPE.insert(pid_tgid as u32, state, 0).is_err() {
+    if TASK_PIPE.insert(tid, state, 0).is_err() {
         crate::pipe_contention::count_drop(pipelock_common::Drop::PendingFull);
         return;
     }
@@ -66,7 +88,11 @@ fn enter_pipe_call(kiocb: u64) {
 
 #[inline(always)]
 fn leave_pipe_call() {
-    let _ = TASK_PIPE.remove(tid());
+    if let Some(state) = TASK_PIPE.get_ptr_mut(tid()) {
+        // SAFETY: this task's own entry. Locks compare against `pipe`, so 0
+        // makes every hook ignore the thread until its next pipe call.
+        unsafe { (*state).pipe = 0 };
+    }
 }
 
 /// Which of the task's pipe locks `lock` is, if any.
@@ -143,14 +169,21 @@ fn acquired_at(state: &mut TaskPipe, index: usize, lock: u64) {
     state.wait_start[index] = 0;
     state.hold_start[index] = at;
     let Some(stats) = stats_of(lock) else { return };
-    let info = LockInfo {
-        pipe: state.pipe,
-        ino: state.ino,
-        class: CLASSES[index],
-        _pad: 0,
-        name: [0; 32],
-    };
-    let _ = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64);
+    // Registered once per lock and call: a failed insert costs a bucket lock.
+    if state.registered & (1 << index) == 0 {
+        // SAFETY: a lookup only.
+        if unsafe { LOCK_INFO.get(lock) }.is_none() {
+            let info = LockInfo {
+                pipe: state.pipe,
+                ino: state.ino,
+                class: CLASSES[index],
+                _pad: 0,
+                name: [0; 32],
+            };
+            let _ = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64);
+        }
+        state.registered |= 1 << index;
+    }
     // SAFETY: this CPU's copy of the value.
     unsafe {
         (*stats).acquisitions += 1;

@@ -58,7 +58,8 @@ pub struct TraceArgs {
     /// Only tasks with this command name (comm, as `ps -o comm` shows it; filtered in the kernel).
     #[arg(short, long, value_name = "COMM")]
     pub comm: Option<String>,
-    /// Lock classes to record (default: all).
+    /// Lock classes to record (default: pipe-mutex,pipe-wait,other; lockref is
+    /// opt-in, its hooks cost every spin_lock() in the system).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub class: Vec<crate::trace::ClassArg>,
     /// Show the N locks that lead by --sort (files get all of them).
@@ -101,7 +102,8 @@ pub struct TopArgs {
     /// Only tasks with this command name (filtered in the kernel).
     #[arg(short, long, value_name = "COMM")]
     pub comm: Option<String>,
-    /// Lock classes to record (default: all).
+    /// Lock classes to record (default: pipe-mutex,pipe-wait,other; lockref is
+    /// opt-in, its hooks cost every spin_lock() in the system).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub class: Vec<crate::trace::ClassArg>,
     /// Run a built-in workload, again each time it ends, while watching.

@@ -226,18 +226,23 @@ fn run_overhead(args: &pipelock_user::cli::OverheadArgs) -> Result<(), Error> {
 }
 
 fn run_workload(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
-    let (workload, common): (Box<dyn Workload>, _) = match command {
-        WorkloadCommand::PipeThroughput { args, common } => (Box::new(PipeThroughput(args)), common),
-        WorkloadCommand::PipeHerd { args, common } => (Box::new(PipeHerd(args)), common),
-        WorkloadCommand::PipeStream { args, common } => (Box::new(PipeStream(args)), common),
-        WorkloadCommand::LockrefStat { args, common } => (Box::new(LockrefStat::new(args)?), common),
+    // `--trace` records the lock class the workload is about.
+    let (workload, common, classes): (Box<dyn Workload>, _, _) = match command {
+        WorkloadCommand::PipeThroughput { args, common } => (Box::new(PipeThroughput(args)), common, Vec::new()),
+        WorkloadCommand::PipeHerd { args, common } => (Box::new(PipeHerd(args)), common, Vec::new()),
+        WorkloadCommand::PipeStream { args, common } => (Box::new(PipeStream(args)), common, Vec::new()),
+        WorkloadCommand::LockrefStat { args, common } => (
+            Box::new(LockrefStat::new(args)?),
+            common,
+            vec![trace::ClassArg::Lockref],
+        ),
     };
     // The workload's processes are all named like this binary.
     let tracer = if common.trace {
         let filters = Filters {
             tgid: None,
             comm: Some(own_comm()),
-            classes: Vec::new(),
+            classes,
         };
         Some(Tracer::attach(common.trace_mode, &filters, ebpf_log)?)
     } else {

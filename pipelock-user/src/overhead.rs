@@ -35,6 +35,8 @@ pub struct Options {
 struct Case {
     name: &'static str,
     args: Vec<String>,
+    /// The classes traced: the one the workload is about.
+    classes: &'static str,
     /// Rates compare traced/untraced; times (pipe-herd) untraced/traced.
     higher_is_better: bool,
 }
@@ -45,11 +47,13 @@ fn cases(seconds: f64, herd_limit: u64, stat_target: &Path) -> Vec<Case> {
         Case {
             name: "pipe-throughput",
             args: words(&format!("pipe-throughput --passes 1 --duration {seconds}")),
+            classes: "pipe-mutex,pipe-wait,other",
             higher_is_better: true,
         },
         Case {
             name: "pipe-herd",
             args: words(&format!("pipe-herd -k 6 --limit {herd_limit}")),
+            classes: "pipe-mutex,pipe-wait,other",
             higher_is_better: false,
         },
         Case {
@@ -58,6 +62,7 @@ fn cases(seconds: f64, herd_limit: u64, stat_target: &Path) -> Vec<Case> {
                 "lockref-stat --threads 2 --duration {seconds} --path {}",
                 stat_target.display()
             )),
+            classes: "lockref",
             higher_is_better: true,
         },
     ]
@@ -179,6 +184,8 @@ fn traced(mode: &str, case: &Case) -> Result<(f64, Cost), Error> {
         mode.into(),
         "--interval".into(),
         "1".into(),
+        "--class".into(),
+        case.classes.into(),
         "--json".into(),
         report.display().to_string(),
         "--".into(),

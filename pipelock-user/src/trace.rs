@@ -83,12 +83,9 @@ const SYSCALLS: [u32; 4] = [0, 1, 19, 20];
 pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, Error> {
     let off = |t: &str, m: &str| btf.offset_of(t, m);
     let classes = if filters.classes.is_empty() {
-        vec![
-            ClassArg::PipeMutex,
-            ClassArg::PipeWait,
-            ClassArg::Other,
-            ClassArg::Lockref,
-        ]
+        // lockref is opt-in: its fallback hooks fire on every spin_lock() of
+        // the system (see `pipelock overhead`).
+        vec![ClassArg::PipeMutex, ClassArg::PipeWait, ClassArg::Other]
     } else {
         filters.classes.clone()
     };
@@ -524,7 +521,7 @@ impl Tracer {
             .into_iter()
             .filter_map(|(name, count)| {
                 let map = self.ebpf.map(name)?;
-                let (Map::HashMap(data) | Map::PerCpuHashMap(data)) = map else {
+                let (Map::HashMap(data) | Map::LruHashMap(data) | Map::PerCpuHashMap(data)) = map else {
                     return None;
                 };
                 Some(MapFill {
