@@ -45,13 +45,11 @@ pub enum Command {
     },
 }
 
+/// What `trace` and `top` attach, and to whom (shared by both).
 #[derive(Debug, Args)]
-pub struct TraceArgs {
+pub struct TracingArgs {
     #[arg(long, value_enum, default_value_t = crate::trace::ModeArg::Auto)]
     pub mode: crate::trace::ModeArg,
-    /// Stop after this many seconds (default: when COMMAND exits, or Ctrl-C).
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
-    pub duration: Option<Duration>,
     /// Only this process (its tasks' contention; filtered in the kernel).
     #[arg(short, long, value_name = "PID")]
     pub pid: Option<u32>,
@@ -62,6 +60,25 @@ pub struct TraceArgs {
     /// opt-in, its hooks cost every spin_lock() in the system).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub class: Vec<crate::trace::ClassArg>,
+}
+
+impl TracingArgs {
+    pub fn filters(&self) -> crate::trace::Filters {
+        crate::trace::Filters {
+            tgid: self.pid,
+            comm: self.comm.clone(),
+            classes: self.class.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    #[command(flatten)]
+    pub tracing: TracingArgs,
+    /// Stop after this many seconds (default: when COMMAND exits, or Ctrl-C).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub duration: Option<Duration>,
     /// Show the N locks that lead by --sort (files get all of them).
     #[arg(short = 'n', long, value_name = "N", default_value_t = 20)]
     pub top: usize,
@@ -91,21 +108,11 @@ pub struct TraceArgs {
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
-    #[arg(long, value_enum, default_value_t = crate::trace::ModeArg::Auto)]
-    pub mode: crate::trace::ModeArg,
+    #[command(flatten)]
+    pub tracing: TracingArgs,
     /// Refresh every SECS.
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Duration,
-    /// Only this process (filtered in the kernel).
-    #[arg(short, long, value_name = "PID")]
-    pub pid: Option<u32>,
-    /// Only tasks with this command name (filtered in the kernel).
-    #[arg(short, long, value_name = "COMM")]
-    pub comm: Option<String>,
-    /// Lock classes to record (default: pipe-mutex,pipe-wait,other; lockref is
-    /// opt-in, its hooks cost every spin_lock() in the system).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub class: Vec<crate::trace::ClassArg>,
     /// Run a built-in workload, again each time it ends, while watching.
     #[arg(long, value_enum, value_name = "WORKLOAD", conflicts_with = "command")]
     pub workload: Option<TopWorkload>,

@@ -52,13 +52,9 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Trace(args) => run_trace(&args, cli.ebpf_log),
         Command::Overhead(args) => run_overhead(&args),
         Command::Top(args) => pipelock_user::top::run(pipelock_user::top::Options {
-            mode: args.mode,
+            mode: args.tracing.mode,
             interval: args.interval,
-            filters: Filters {
-                tgid: args.pid,
-                comm: args.comm,
-                classes: args.class,
-            },
+            filters: args.tracing.filters(),
             load: match (args.workload, args.command.is_empty()) {
                 (Some(workload), _) => pipelock_user::top::Load::Workload(workload.subcommand().to_owned()),
                 (None, false) => pipelock_user::top::Load::Command(args.command),
@@ -85,12 +81,7 @@ fn run_trace(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         args.json.as_deref(),
         args.csv.as_deref().filter(|_| interval_csv.is_none()),
     )?;
-    let filters = Filters {
-        tgid: args.pid,
-        comm: args.comm.clone(),
-        classes: args.class.clone(),
-    };
-    let mut tracer = Tracer::attach(args.mode, &filters, ebpf_log)?;
+    let mut tracer = Tracer::attach(args.tracing.mode, &args.tracing.filters(), ebpf_log)?;
     interrupt::catch();
     let child = match args.command.split_first() {
         Some((program, rest)) => Some(std::process::Command::new(program).args(rest).spawn().map_err(
