@@ -80,7 +80,7 @@ pub struct Row {
     /// pipelock's programs, summed over the last traced run.
     pub bpf_runs: Option<u64>,
     pub bpf_ns_per_run: Option<f64>,
-    /// BPF run time over the CPU time of the traced run's processes.
+    /// BPF run time over the CPU time of the workload's processes.
     pub bpf_share_of_cpu: Option<f64>,
     pub map_memory_bytes: Option<u64>,
     /// The collector's CPU time over the run's wall time (1 s refresh).
@@ -112,18 +112,6 @@ fn scratch(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("pipelock-overhead-{}-{name}", std::process::id()))
 }
 
-/// CPU time (user + system) of every reaped descendant so far.
-fn children_cpu_s() -> f64 {
-    // SAFETY: getrusage fills the struct we own.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
-        usage
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
-}
-
 fn run_quietly(command: &mut Command) -> Result<(), Error> {
     let out = command
         .stdout(Stdio::null())
@@ -141,16 +129,20 @@ fn run_quietly(command: &mut Command) -> Result<(), Error> {
     Ok(())
 }
 
-fn workload_value(result: &Path) -> Result<f64, Error> {
+/// The workload's figure and the CPU time its processes used (`getrusage`
+/// of the workers: the tracer's own loading is not in it).
+fn workload_result(result: &Path) -> Result<(f64, f64), Error> {
     let text = std::fs::read_to_string(result).map_err(|source| Error::Io {
         what: "reading a workload result",
         source,
     })?;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| Error::Usage(format!("bad workload result: {e}")))?;
-    json["runs"][0]["value"]
+    let run = &json["runs"][0];
+    let value = run["value"]
         .as_f64()
-        .ok_or_else(|| Error::Usage("no value in the workload result".to_owned()))
+        .ok_or_else(|| Error::Usage("no value in the workload result".to_owned()))?;
+    Ok((value, run["counters"]["task_clock_ms"].as_f64().unwrap_or(0.0) / 1e3))
 }
 
 /// `pipelock run CASE --no-counters -q --json F`, optionally wrapped.
@@ -190,10 +182,8 @@ fn traced(mode: &str, case: &Case) -> Result<(f64, Cost), Error> {
         report.display().to_string(),
         "--".into(),
     ];
-    let before = children_cpu_s();
     run_quietly(&mut workload_command(&wrapper, case, &result)?)?;
-    let cpu_s = children_cpu_s() - before;
-    let value = workload_value(&result)?;
+    let (value, cpu_s) = workload_result(&result)?;
     let text = std::fs::read_to_string(&report).map_err(|source| Error::Io {
         what: "reading the trace report",
         source,
@@ -223,7 +213,7 @@ fn traced(mode: &str, case: &Case) -> Result<(f64, Cost), Error> {
 fn untraced(case: &Case, wrapper: &[String]) -> Result<f64, Error> {
     let result = scratch("result.json");
     run_quietly(&mut workload_command(wrapper, case, &result)?)?;
-    let value = workload_value(&result);
+    let value = workload_result(&result).map(|(value, _)| value);
     let _ = std::fs::remove_file(&result);
     value
 }

@@ -228,7 +228,7 @@ pub fn bench_overhead(
          ratio is traced/untraced throughput (for pipe-herd, untraced/traced time), so 1.000 means free. \
          Traced runs refresh every second (`--interval 1`, like `pipelock top`). BPF run time comes from \
          the kernel's run-time statistics (a scoped `BPF_ENABLE_STATS` descriptor), the workload's CPU \
-         time from `getrusage` of the traced run's processes, map memory from the maps' `memlock`, and the \
+         time from `getrusage` of its worker processes, map memory from the maps' `memlock`, and the \
          collector's CPU from its own `getrusage`.\n\n## This host\n\n",
     );
     doc.push_str(&std::fs::read_to_string(&host_md)?);
