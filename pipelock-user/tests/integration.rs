@@ -1428,6 +1428,19 @@ fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
+/// pipelock's programs still loaded once it exited: the kernel frees a
+/// program after its last descriptor closes, through RCU, so give it time.
+fn programs_left_after_exit() -> Result<usize> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left = pipelock_programs_loaded()?;
+        if left == 0 || std::time::Instant::now() >= deadline {
+            return Ok(left);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Loaded BPF programs whose (15-byte) kernel name is one of pipelock's
 /// tracing programs (tracepoint, fentry and kprobe modes).
 fn pipelock_programs_loaded() -> Result<usize> {
@@ -1511,8 +1524,8 @@ fn top_runs_in_a_real_terminal_and_detaches() -> Result<Outcome> {
         }
         let status = fs::read_to_string(&status_file)?;
         ensure!(status.trim() == "0", "top exited with {status}");
-        let left = pipelock_programs_loaded()?;
-        ensure!(left == 0, "{left} pipelock program(s) still loaded after quitting");
+        let left = programs_left_after_exit()?;
+        ensure!(left == 0, "{left} pipelock program(s) still loaded 10 s after quitting");
         Ok(())
     })();
     let _ = tmux(&["kill-server"]);
@@ -1638,8 +1651,8 @@ fn top_in_a_pty_shows_hold_times_where_hooks_work() -> Result<Outcome> {
             std::thread::sleep(std::time::Duration::from_millis(100));
         };
         ensure!(status.success(), "top exited with {status}");
-        let left = pipelock_programs_loaded()?;
-        ensure!(left == 0, "{left} pipelock program(s) still loaded after quitting");
+        let left = programs_left_after_exit()?;
+        ensure!(left == 0, "{left} pipelock program(s) still loaded 10 s after quitting");
         Ok(())
     })();
     let _ = child.kill();
