@@ -193,15 +193,6 @@ fn on_end(lock: u64) {
     let tid = bpf_get_current_pid_tgid() as u32;
     // SAFETY: a value of this map, copied out before removal.
     let Some(pending) = (unsafe { PENDING.get(tid) }).copied() else {
-        // Most ends belong to locks pipelock does not trace; one on a known
-        // pipe lock is a wait that began before the programs were attached.
-        // SAFETY: a lookup only.
-        if unsafe { LOCK_INFO.get(lock) }.is_some()
-            && let Some(stats) = stats_of(lock)
-        {
-            // SAFETY: this CPU's copy of the value.
-            unsafe { (*stats).dropped += 1 };
-        }
         return;
     };
     if pending.lock != lock {

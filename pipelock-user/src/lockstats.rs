@@ -152,8 +152,9 @@ pub struct LockRow {
     pub contentions: u64,
     /// Contended acquisitions that only spun (never slept).
     pub spin_only: u64,
-    /// Events on this lock that were seen but could not be timed.
-    pub dropped: u64,
+    /// Events on this lock that were seen but could not be timed (fentry and
+    /// kprobe mode; None in tracepoint mode, which sees no release).
+    pub dropped: Option<u64>,
     pub wait: Option<Timing>,
     /// None where hold time is not measured (tracepoint mode).
     pub hold: Option<Timing>,
@@ -327,7 +328,7 @@ pub fn render(report: &TraceReport, top: usize) -> String {
         .filter(|(_, n)| **n > 0)
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
-    let untimed: u64 = report.locks.iter().map(|r| r.dropped).sum();
+    let untimed: u64 = report.locks.iter().filter_map(|r| r.dropped).sum();
     if untimed > 0 {
         dropped.push(format!("untimed on traced locks {untimed} (per lock in --csv)"));
     }
@@ -451,7 +452,7 @@ pub fn csv_block(report: &TraceReport, timestamp: Option<&str>, header: bool) ->
             hold_p50_ns: h.map(|t| t.p50_ns),
             hold_p99_ns: h.map(|t| t.p99_ns),
             hold_max_ns: h.map(|t| t.max_ns),
-            dropped: Some(row.dropped),
+            dropped: row.dropped,
         })?;
     }
     writer.into_inner().map_err(|e| csv::Error::from(e.into_error()))
@@ -545,7 +546,7 @@ mod tests {
             acquisitions: None,
             contentions: 3,
             spin_only: 1,
-            dropped: 2,
+            dropped: Some(2),
             wait: Timing::from_hist(&hist(&[100, 200, 4000])),
             hold: None,
         }];

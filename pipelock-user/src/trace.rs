@@ -333,7 +333,7 @@ impl Tracer {
         // the possible-CPU list) and info calls (aya probes kernel features)
         // cost tens of ms once; that belongs to loading, not to the collector.
         let _ = (
-            tracer.map_fill(),
+            tracer.read_identities().map(|ids| tracer.map_fill(&ids)),
             crate::progstats::collect(&tracer.ebpf),
             aya::util::nr_cpus(),
         );
@@ -458,7 +458,7 @@ impl Tracer {
         let stats = self.read_stats()?;
         let ids = self.read_identities()?;
         let mut report = self.build_report(&stats, &ids, self.started.elapsed())?;
-        report.maps = self.map_fill();
+        report.maps = self.map_fill(&ids);
         Ok(report)
     }
 
@@ -498,40 +498,44 @@ impl Tracer {
     }
 
     /// How full each of pipelock's maps is: a full map drops events.
-    pub fn map_fill(&self) -> Vec<MapFill> {
-        use aya::{Pod, maps::Map};
-        use pipelock_common::{Pending, TaskLockref, TaskPipe};
-        // aya checks key and value sizes, so each map is opened with its types.
-        fn hash<K: Pod, V: Pod>(map: &Map) -> Option<usize> {
-            Some(BpfHashMap::<_, K, V>::try_from(map).ok()?.keys().count())
-        }
-        fn per_cpu<K: Pod, V: Pod>(map: &Map) -> Option<usize> {
-            Some(PerCpuHashMap::<_, K, V>::try_from(map).ok()?.keys().count())
-        }
-        type Count = fn(&Map) -> Option<usize>;
-        let counters: [(&'static str, Count); 6] = [
-            (maps::LOCK_STATS, per_cpu::<u64, LockStats>),
-            (maps::LOCK_INFO, hash::<u64, LockInfo>),
-            (maps::LOCK_USERS, hash::<LockUser, [u8; 16]>),
-            (maps::PENDING, hash::<u32, Pending>),
-            (maps::TASK_PIPE, hash::<u32, TaskPipe>),
-            (maps::TASK_LOCKREF, hash::<u32, TaskLockref>),
-        ];
-        counters
-            .into_iter()
-            .filter_map(|(name, count)| {
-                let map = self.ebpf.map(name)?;
-                let (Map::HashMap(data) | Map::LruHashMap(data) | Map::PerCpuHashMap(data)) = map else {
-                    return None;
-                };
-                Some(MapFill {
-                    name,
-                    used: count(map)?,
-                    capacity: data.info().ok()?.max_entries(),
-                    memlock_bytes: memlock(data.fd().as_fd().as_raw_fd()),
-                })
+    fn map_fill(&self, ids: &Identities) -> Vec<MapFill> {
+        use aya::maps::Map;
+        use pipelock_common::Pending;
+        // Counting keys costs a syscall per entry: the identity maps were
+        // just read, so only the small per-tick maps are walked here. The
+        // per-thread LRU maps evict old threads instead of dropping events,
+        // so their fill is not counted.
+        let count = |name: &str| -> Option<usize> {
+            let map = self.ebpf.map(name)?;
+            match name {
+                maps::LOCK_STATS => Some(PerCpuHashMap::<_, u64, LockStats>::try_from(map).ok()?.keys().count()),
+                maps::PENDING => Some(BpfHashMap::<_, u32, Pending>::try_from(map).ok()?.keys().count()),
+                maps::LOCK_INFO => Some(ids.info.len()),
+                maps::LOCK_USERS => Some(ids.comms.values().map(Vec::len).sum()),
+                _ => None,
+            }
+        };
+        [
+            maps::LOCK_STATS,
+            maps::LOCK_INFO,
+            maps::LOCK_USERS,
+            maps::PENDING,
+            maps::TASK_PIPE,
+            maps::TASK_LOCKREF,
+        ]
+        .into_iter()
+        .filter_map(|name| {
+            let (Map::HashMap(data) | Map::LruHashMap(data) | Map::PerCpuHashMap(data)) = self.ebpf.map(name)? else {
+                return None;
+            };
+            Some(MapFill {
+                name,
+                used: count(name),
+                capacity: data.info().ok()?.max_entries(),
+                memlock_bytes: memlock(data.fd().as_fd().as_raw_fd()),
             })
-            .collect()
+        })
+        .collect()
     }
 
     fn map(&self, name: &str) -> Result<&aya::maps::Map, Error> {
@@ -613,7 +617,7 @@ impl Tracer {
                 acquisitions: hooked.then_some(merged.acquisitions),
                 contentions: merged.contentions,
                 spin_only: merged.spin_only,
-                dropped: merged.dropped,
+                dropped: hooked.then_some(merged.dropped),
                 wait: Timing::from_hist(&merged.wait),
                 hold: if hooked {
                     Timing::from_hist(&merged.hold)
@@ -682,7 +686,8 @@ struct Identities {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct MapFill {
     pub name: &'static str,
-    pub used: usize,
+    /// None for the per-thread LRU maps (full, they evict; nothing is lost).
+    pub used: Option<usize>,
     pub capacity: u32,
     /// The kernel's accounting of the map's memory (`memlock` in fdinfo).
     pub memlock_bytes: Option<u64>,
@@ -743,14 +748,14 @@ impl IntervalCollector {
 
     pub fn tick(&mut self, tracer: &mut Tracer) -> Result<Snapshot, Error> {
         // Before the statistics are taken: that is when the maps are fullest.
-        let fill = tracer.map_fill();
+        let ids = tracer.read_identities()?;
+        let fill = tracer.map_fill(&ids);
         let fresh = tracer.take_stats()?;
         let interval = self.last.elapsed();
         self.last = Instant::now();
         for (lock, stats) in &fresh {
             lockstats::merge_stats(self.total.entry(*lock).or_insert(LockStats::EMPTY), stats);
         }
-        let ids = tracer.read_identities()?;
         let mut total = tracer.build_report(&self.total, &ids, self.since.elapsed())?;
         total.maps = fill.clone();
         Ok(Snapshot {

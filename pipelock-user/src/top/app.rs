@@ -354,7 +354,7 @@ pub mod tests {
             acquisitions: Some(contentions * 10),
             contentions,
             spin_only: 0,
-            dropped: 0,
+            dropped: Some(0),
             wait: timing(wait),
             hold: timing(&[100, 200]),
         }
@@ -397,7 +397,7 @@ pub mod tests {
                 total: report(locks, 10.0),
                 fill: vec![MapFill {
                     name: "LOCK_STATS",
-                    used: n as usize,
+                    used: Some(n as usize),
                     capacity: 4096,
                     memlock_bytes: None,
                 }],

@@ -54,7 +54,10 @@ fn header_lines(app: &App) -> Vec<Line<'static>> {
     let fill = app
         .fill
         .iter()
-        .map(|m| format!("{} {}/{}", m.name.to_lowercase(), m.used, m.capacity))
+        .map(|m| match m.used {
+            Some(used) => format!("{} {used}/{}", m.name.to_lowercase(), m.capacity),
+            None => format!("{} lru {}", m.name.to_lowercase(), m.capacity),
+        })
         .collect::<Vec<_>>()
         .join(" ");
     let second = format!(
