@@ -103,22 +103,32 @@ pub fn run(options: Options) -> Result<(), Error> {
     let result = (|| -> Result<(), Error> {
         let _guard = TerminalGuard::enter()?;
         let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout())).map_err(terminal_err)?;
+        // Redrawn on a key, a snapshot or a resize, not on every wake-up.
+        let mut dirty = true;
         loop {
-            terminal.draw(|frame| view::draw(frame, &app)).map_err(terminal_err)?;
-            if event::poll(Duration::from_millis(100)).map_err(terminal_err)?
-                && let Event::Key(key) = event::read().map_err(terminal_err)?
-                && key.kind == KeyEventKind::Press
-            {
-                match app.on_key(key) {
-                    Action::Quit => return Ok(()),
-                    Action::Reset => {
-                        let _ = commands.send(CollectorCommand::Reset);
+            if dirty {
+                terminal.draw(|frame| view::draw(frame, &app)).map_err(terminal_err)?;
+                dirty = false;
+            }
+            if event::poll(Duration::from_millis(100)).map_err(terminal_err)? {
+                match event::read().map_err(terminal_err)? {
+                    Event::Key(key) if key.kind == KeyEventKind::Press => {
+                        dirty = true;
+                        match app.on_key(key) {
+                            Action::Quit => return Ok(()),
+                            Action::Reset => {
+                                let _ = commands.send(CollectorCommand::Reset);
+                            }
+                            Action::None => {}
+                        }
                     }
-                    Action::None => {}
+                    Event::Resize(..) => dirty = true,
+                    _ => {}
                 }
             }
             while let Ok(sample) = samples.try_recv() {
                 app.on_sample(sample);
+                dirty = true;
             }
             if crate::interrupt::flag().load(std::sync::atomic::Ordering::Relaxed) {
                 return Ok(());
