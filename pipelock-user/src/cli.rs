@@ -95,6 +95,10 @@ pub struct TraceArgs {
     /// Also print each shown lock's wait and hold log2 histograms.
     #[arg(long)]
     pub hist: bool,
+    /// Report pipelock's own BPF run time (kernel run-time statistics; they
+    /// add two clock reads to every program run while on).
+    #[arg(long)]
+    pub bpf_stats: bool,
     /// Write one CSV row per lock (times in ns; unmeasured values empty).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
@@ -264,7 +268,7 @@ mod tests {
             "top -- sleep 1",
             "overhead --pairs 2 --seconds 0.5 --workload pipe-herd,lockref-stat --mode tracepoint --markdown a.md \
              --json a.json",
-            "trace --interval 0.5 --reset --sort hold-max --hist --csv a.csv --class lockref",
+            "trace --interval 0.5 --reset --sort hold-max --hist --bpf-stats --csv a.csv --class lockref",
             "run pipe-throughput --duration 1 --passes 3 --copies 2 --runs 2 --cpus 0-1,3 --json a --csv b \
              -q --no-counters --trace --trace-mode tracepoint",
             "run pipe-herd -k 3 --limit 10 --cpus 0",

@@ -82,6 +82,9 @@ fn run_trace(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         args.csv.as_deref().filter(|_| interval_csv.is_none()),
     )?;
     let mut tracer = Tracer::attach(args.tracing.mode, &args.tracing.filters(), ebpf_log)?;
+    if args.bpf_stats {
+        tracer.enable_run_stats();
+    }
     interrupt::catch();
     let child = match args.command.split_first() {
         Some((program, rest)) => Some(std::process::Command::new(program).args(rest).spawn().map_err(

@@ -4,7 +4,7 @@
 //! on a noisy machine hits both), in every attach mode this kernel allows,
 //! and beside them under `perf lock record` when perf is installed. Ratios
 //! are traced/untraced throughput (for the herd, untraced/traced time), so
-//! 1.0 means free. Traced runs use `--interval 1`, like `pipelock top`, and
+//! 1.0 means free. Traced runs use `--interval 1 --bpf-stats`, like `pipelock top`, and
 //! report the kernel's run-time accounting of every pipelock program, the
 //! maps' memory and the collector's own CPU time.
 use std::{
@@ -176,6 +176,7 @@ fn traced(mode: &str, case: &Case) -> Result<(f64, Cost), Error> {
         mode.into(),
         "--interval".into(),
         "1".into(),
+        "--bpf-stats".into(),
         "--class".into(),
         case.classes.into(),
         "--json".into(),

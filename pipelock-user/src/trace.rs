@@ -420,7 +420,7 @@ impl Tracer {
             ebpf,
             attached,
             started: Instant::now(),
-            _stats: crate::progstats::StatsGuard::enable(),
+            _stats: None,
             cpu_at_attach: None,
             notes,
         })
@@ -437,6 +437,13 @@ impl Tracer {
                 fallback: Some(why),
             } => format!("tracepoint ({kind}; {why})"),
         }
+    }
+
+    /// Turns on the kernel's run-time statistics of pipelock's programs for
+    /// as long as the tracer lives. Off by default: they add two clock reads
+    /// to every program run, i.e. to every hooked lock operation.
+    pub fn enable_run_stats(&mut self) {
+        self._stats = crate::progstats::StatsGuard::enable();
     }
 
     /// What this mode or kernel could not measure, class by class.

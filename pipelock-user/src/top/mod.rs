@@ -59,7 +59,9 @@ pub fn run(options: Options) -> Result<(), Error> {
                 .to_owned(),
         ));
     }
-    let tracer = Tracer::attach(options.mode, &options.filters, options.ebpf_log)?;
+    let mut tracer = Tracer::attach(options.mode, &options.filters, options.ebpf_log)?;
+    // The header shows pipelock's own cost, so top pays for measuring it.
+    tracer.enable_run_stats();
     crate::interrupt::catch();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .unwrap_or_default()
