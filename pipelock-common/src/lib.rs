@@ -29,7 +29,6 @@ pub mod programs {
     pub const PIPE_WRITE_ENTRY: &str = "pipe_write_entry";
     pub const PIPE_WRITE_EXIT: &str = "pipe_write_exit";
     pub const MUTEX_LOCK_ENTRY: &str = "mutex_lock_entry";
-    pub const MUTEX_LOCK_EXIT: &str = "mutex_lock_exit";
     pub const MUTEX_UNLOCK_ENTRY: &str = "mutex_unlock_entry";
     pub const SPIN_LOCK_IRQSAVE_ENTRY: &str = "spin_lock_irqsave_entry";
     pub const SPIN_LOCK_IRQSAVE_EXIT: &str = "spin_lock_irqsave_exit";
@@ -43,7 +42,6 @@ pub mod programs {
     pub const KP_PIPE_WRITE_ENTRY: &str = "kp_pipe_write_entry";
     pub const KP_PIPE_WRITE_EXIT: &str = "kp_pipe_write_exit";
     pub const KP_MUTEX_LOCK_ENTRY: &str = "kp_mutex_lock_entry";
-    pub const KP_MUTEX_LOCK_EXIT: &str = "kp_mutex_lock_exit";
     pub const KP_MUTEX_UNLOCK_ENTRY: &str = "kp_mutex_unlock_entry";
     pub const KP_SPIN_LOCK_ENTRY: &str = "kp_spin_lock_entry";
     pub const KP_SPIN_LOCK_EXIT: &str = "kp_spin_lock_exit";
@@ -51,6 +49,9 @@ pub mod programs {
     /// `lock:contention_begin` in fentry/kprobe mode: marks the task's pending
     /// acquisition as contended.
     pub const HOOKED_CONTENTION_BEGIN: &str = "hooked_contention_begin";
+    /// `lock:contention_end` in fentry/kprobe mode: where a contended pipe
+    /// mutex acquisition ends (the mutex has no exit hook).
+    pub const HOOKED_CONTENTION_END: &str = "hooked_contention_end";
     /// Lockref class, fentry mode: the traceable callers of the notrace
     /// `lockref_*` functions, and the dentry spinlock they fall back to.
     pub const LOCKREF_GET_ENTRY: &str = "lockref_get_entry";
@@ -67,6 +68,39 @@ pub mod programs {
     pub const KP_DENTRY_SPIN_LOCK_ENTRY: &str = "kp_dentry_spin_lock_entry";
     pub const KP_DENTRY_SPIN_LOCK_EXIT: &str = "kp_dentry_spin_lock_exit";
     pub const KP_DENTRY_SPIN_UNLOCK_ENTRY: &str = "kp_dentry_spin_unlock_entry";
+    /// Programs that do nothing, attached at the same hooks by `pipelock
+    /// overhead` to measure the attach mechanism's own cost: one fentry/fexit
+    /// pair per hook (a trampoline program is verified for one function).
+    pub const EMPTY_FENTRY: [&str; 12] = [
+        "empty_fentry_0",
+        "empty_fentry_1",
+        "empty_fentry_2",
+        "empty_fentry_3",
+        "empty_fentry_4",
+        "empty_fentry_5",
+        "empty_fentry_6",
+        "empty_fentry_7",
+        "empty_fentry_8",
+        "empty_fentry_9",
+        "empty_fentry_10",
+        "empty_fentry_11",
+    ];
+    pub const EMPTY_FEXIT: [&str; 12] = [
+        "empty_fexit_0",
+        "empty_fexit_1",
+        "empty_fexit_2",
+        "empty_fexit_3",
+        "empty_fexit_4",
+        "empty_fexit_5",
+        "empty_fexit_6",
+        "empty_fexit_7",
+        "empty_fexit_8",
+        "empty_fexit_9",
+        "empty_fexit_10",
+        "empty_fexit_11",
+    ];
+    pub const EMPTY_KPROBE: &str = "empty_kprobe";
+    pub const EMPTY_KRETPROBE: &str = "empty_kretprobe";
 }
 
 /// Map names in the eBPF object (the Rust static names of the maps).
@@ -236,16 +270,22 @@ pub mod pipe_lock {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskPipe {
     pub pipe: u64,
-    pub ino: u64,
+    /// The `struct file` of the call: its inode number is read only when a
+    /// lock is first registered, not on every call.
+    pub file: u64,
     /// When the lock call started (0: not in a lock call).
     pub wait_start: [u64; pipe_lock::COUNT],
     /// When the lock was acquired (0: not held by this task).
     pub hold_start: [u64; pipe_lock::COUNT],
+    /// The wait of the current acquisition, recorded with its hold at the
+    /// release (one statistics lookup per lock/unlock pair).
+    pub wait_ns: [u64; pipe_lock::COUNT],
     /// A `contention_begin` was seen during the current lock call.
     pub contended: [u32; pipe_lock::COUNT],
     /// AND of those begins' flags (`LCB_F_SPIN` kept: it only spun).
     pub flags_and: [u32; pipe_lock::COUNT],
-    /// Bit `1 << index`: that lock's `LOCK_INFO` entry exists (this call).
+    /// Bit `1 << index`: that lock of `noted_pipe` has its `LOCK_INFO` entry
+    /// (entries are never removed, so this holds until the pipe changes).
     pub registered: u32,
     pub _pad: u32,
     /// The pipe this thread was last recorded on in `LOCK_USERS`.

@@ -5,6 +5,7 @@
 
 mod capability;
 mod contention;
+mod empty;
 mod lockref_hooks;
 mod pipe_contention;
 mod pipe_hooks;

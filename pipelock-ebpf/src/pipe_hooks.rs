@@ -7,6 +7,13 @@
 //! the lock address with that pipe's three locks before touching anything
 //! else. A read/write that sleeps drops and retakes the mutex: each
 //! lock/unlock pair is its own hold.
+//!
+//! The mutex has no exit hook: its fast path is one cmpxchg, so an
+//! acquisition without `contention_begin` counts as acquired at the lock
+//! call (wait 0), and a contended one as acquired at its `contention_end`,
+//! which the mutex slow path always emits. An fexit would cost more than
+//! that wait. Spinlocks keep theirs: without paravirtual spinlocks their
+//! slow path does not always emit the contention tracepoints.
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
@@ -53,29 +60,26 @@ fn enter_pipe_call(kiocb: u64) {
     let Some(pipe) = read::<u64>(file + cfg.file_private_data as u64) else {
         return;
     };
-    let ino = read::<u64>(file + cfg.file_inode as u64)
-        .and_then(|inode| read::<u64>(inode + cfg.inode_ino as u64))
-        .unwrap_or(0);
     let tid = pid_tgid as u32;
     if let Some(state) = TASK_PIPE.get_ptr_mut(tid) {
         // SAFETY: this task's own entry; no other task writes it.
         let state = unsafe { &mut *state };
-        // The process is recorded on a pipe once per thread and pipe, not
-        // once per call (a hash lookup saved on every read and write).
+        // The process is recorded on a pipe, and the pipe's locks in
+        // LOCK_INFO, once per thread and pipe, not on every call.
         if state.noted_pipe != pipe {
             note_user(pipe, tgid);
+            state.noted_pipe = pipe;
+            state.registered = 0;
         }
-        *state = TaskPipe {
-            pipe,
-            ino,
-            noted_pipe: pipe,
-            ..TaskPipe::default()
-        };
+        state.pipe = pipe;
+        state.file = file;
+        state.wait_start = [0; pipe_lock::COUNT];
+        state.hold_start = [0; pipe_lock::COUNT];
         return;
     }
     let state = TaskPipe {
         pipe,
-        ino,
+        file,
         noted_pipe: pipe,
         ..TaskPipe::default()
     };
@@ -110,6 +114,47 @@ fn which_lock(state: &TaskPipe, lock: u64) -> Option<usize> {
     }
 }
 
+/// mutex_lock entry: acquired now unless a `contention_begin` follows.
+#[inline(always)]
+fn mutex_lock_call(lock: u64) {
+    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+        return;
+    };
+    // SAFETY: this task's own entry; no other task writes it.
+    let state = unsafe { &mut *state };
+    if which_lock(state, lock) != Some(pipe_lock::MUTEX)
+        || config().class_mask & (1 << CLASSES[pipe_lock::MUTEX]) == 0
+    {
+        return;
+    }
+    let at = now();
+    let index = pipe_lock::MUTEX;
+    state.wait_start[index] = at;
+    state.hold_start[index] = at;
+    state.wait_ns[index] = 0;
+    state.contended[index] = 0;
+    state.flags_and[index] = u32::MAX;
+    register(state, index, lock);
+}
+
+/// A contended mutex acquisition ends: the hold starts now.
+#[inline(always)]
+fn mutex_contention_end(lock: u64) {
+    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+        return;
+    };
+    // SAFETY: as in lock_call.
+    let state = unsafe { &mut *state };
+    let index = pipe_lock::MUTEX;
+    if which_lock(state, lock) != Some(index) || state.wait_start[index] == 0 || state.contended[index] == 0 {
+        return;
+    }
+    let at = now();
+    state.wait_ns[index] = at - state.wait_start[index];
+    state.wait_start[index] = 0;
+    state.hold_start[index] = at;
+}
+
 #[inline(always)]
 fn lock_call(lock: u64) {
     let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
@@ -137,18 +182,16 @@ fn acquired(lock: u64) {
 }
 
 /// kretprobe flavour: a return carries no lock argument, but a task is in at
-/// most one lock call of a kind at a time, so the pending one is it.
+/// most one spinlock call at a time, so the pending one is it.
 #[inline(always)]
-fn acquired_pending(spinlock: bool) {
+fn acquired_pending() {
     let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
         return;
     };
     // SAFETY: as in lock_call.
     let state = unsafe { &mut *state };
     let cfg = config();
-    let (index, offset) = if !spinlock {
-        (pipe_lock::MUTEX, 0)
-    } else if state.wait_start[pipe_lock::RD_WAIT] != 0 {
+    let (index, offset) = if state.wait_start[pipe_lock::RD_WAIT] != 0 {
         (pipe_lock::RD_WAIT, cfg.pipe_rd_wait_lock as u64)
     } else {
         (pipe_lock::WR_WAIT, cfg.pipe_wr_wait_lock as u64)
@@ -168,14 +211,24 @@ fn acquired_at(state: &mut TaskPipe, index: usize, lock: u64) {
     let at = now();
     state.wait_start[index] = 0;
     state.hold_start[index] = at;
-    let Some(stats) = stats_of(lock) else { return };
-    // Registered once per lock and call: a failed insert costs a bucket lock.
+    state.wait_ns[index] = at - start;
+    register(state, index, lock);
+}
+
+/// Names the lock in LOCK_INFO, once per thread and pipe (a failed insert
+/// costs a bucket lock).
+#[inline(always)]
+fn register(state: &mut TaskPipe, index: usize, lock: u64) {
     if state.registered & (1 << index) == 0 {
         // SAFETY: a lookup only.
         if unsafe { LOCK_INFO.get(lock) }.is_none() {
+            let cfg = config();
+            let ino = read::<u64>(state.file + cfg.file_inode as u64)
+                .and_then(|inode| read::<u64>(inode + cfg.inode_ino as u64))
+                .unwrap_or(0);
             let info = LockInfo {
                 pipe: state.pipe,
-                ino: state.ino,
+                ino,
                 class: CLASSES[index],
                 _pad: 0,
                 name: [0; 32],
@@ -183,17 +236,6 @@ fn acquired_at(state: &mut TaskPipe, index: usize, lock: u64) {
             let _ = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64);
         }
         state.registered |= 1 << index;
-    }
-    // SAFETY: this CPU's copy of the value.
-    unsafe {
-        (*stats).acquisitions += 1;
-        if state.contended[index] != 0 {
-            (*stats).contentions += 1;
-            if state.flags_and[index] & LCB_F_SPIN != 0 {
-                (*stats).spin_only += 1;
-            }
-        }
-        record(&mut (*stats).wait, at - start);
     }
 }
 
@@ -209,17 +251,27 @@ fn released(lock: u64) {
     };
     let start = state.hold_start[index];
     state.hold_start[index] = 0;
+    state.wait_start[index] = 0;
     let Some(stats) = stats_of(lock) else { return };
     // SAFETY: this CPU's copy of the value.
-    unsafe {
-        if start == 0 {
-            // Released without an acquisition this call saw (taken before
-            // the call was entered, or its lock call's return was missed).
-            (*stats).dropped += 1;
-        } else {
-            record(&mut (*stats).hold, now() - start);
+    let stats = unsafe { &mut *stats };
+    if start == 0 {
+        // Released without an acquisition this call saw (taken before the
+        // call was entered, or its lock call's return was missed).
+        stats.dropped += 1;
+        return;
+    }
+    // The acquisition is counted with its release: one lookup of the
+    // statistics per lock/unlock pair instead of two.
+    stats.acquisitions += 1;
+    if state.contended[index] != 0 {
+        stats.contentions += 1;
+        if state.flags_and[index] & LCB_F_SPIN != 0 {
+            stats.spin_only += 1;
         }
     }
+    record(&mut stats.wait, state.wait_ns[index]);
+    record(&mut stats.hold, now() - start);
 }
 
 #[fentry]
@@ -248,13 +300,7 @@ pub fn pipe_write_exit(_ctx: FExitContext) -> i32 {
 
 #[fentry]
 pub fn mutex_lock_entry(ctx: FEntryContext) -> i32 {
-    lock_call(ctx.arg(0));
-    0
-}
-
-#[fexit]
-pub fn mutex_lock_exit(ctx: FExitContext) -> i32 {
-    acquired(ctx.arg(0));
+    mutex_lock_call(ctx.arg(0));
     0
 }
 
@@ -319,6 +365,14 @@ pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
+/// Where a contended pipe mutex acquisition of the task ends (spinlocks:
+/// their exit hooks say it).
+#[btf_tracepoint(function = "contention_end")]
+pub fn hooked_contention_end(ctx: BtfTracePointContext) -> i32 {
+    mutex_contention_end(ctx.arg(0));
+    0
+}
+
 // kprobe mode: the same hooks where fentry is unavailable. kretprobes carry
 // no arguments, hence `acquired_pending`.
 
@@ -353,14 +407,8 @@ pub fn kp_pipe_write_exit(_ctx: RetProbeContext) -> u32 {
 #[kprobe]
 pub fn kp_mutex_lock_entry(ctx: ProbeContext) -> u32 {
     if let Some(lock) = ctx.arg::<u64>(0) {
-        lock_call(lock);
+        mutex_lock_call(lock);
     }
-    0
-}
-
-#[kretprobe]
-pub fn kp_mutex_lock_exit(_ctx: RetProbeContext) -> u32 {
-    acquired_pending(false);
     0
 }
 
@@ -382,7 +430,7 @@ pub fn kp_spin_lock_entry(ctx: ProbeContext) -> u32 {
 
 #[kretprobe]
 pub fn kp_spin_lock_exit(_ctx: RetProbeContext) -> u32 {
-    acquired_pending(true);
+    acquired_pending();
     0
 }
 

@@ -81,7 +81,12 @@ fn run_trace(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         args.json.as_deref(),
         args.csv.as_deref().filter(|_| interval_csv.is_none()),
     )?;
-    let mut tracer = Tracer::attach(args.tracing.mode, &args.tracing.filters(), ebpf_log)?;
+    let bodies = if args.empty_programs {
+        trace::HookBodies::Empty
+    } else {
+        trace::HookBodies::Pipelock
+    };
+    let mut tracer = Tracer::attach_bodies(args.tracing.mode, &args.tracing.filters(), ebpf_log, bodies)?;
     if args.bpf_stats {
         tracer.enable_run_stats();
     }

@@ -144,10 +144,21 @@ pub enum Attached {
     },
 }
 
+/// What runs on the hooks of a hooked mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookBodies {
+    /// pipelock's programs.
+    Pipelock,
+    /// Programs that return at once: `pipelock overhead` measures with them
+    /// what the trampolines or kprobes alone cost, the floor under pipelock.
+    Empty,
+}
+
 /// Attached programs; dropping it detaches them.
 pub struct Tracer {
     ebpf: Ebpf,
     attached: Attached,
+    bodies: HookBodies,
     started: Instant,
     _stats: Option<crate::progstats::StatsGuard>,
     /// This process's CPU time when attaching was done: loading (BTF parsing,
@@ -218,8 +229,9 @@ const HOOKS: [HookPrograms; 12] = {
         hook(
             MUTEX_LOCK,
             1 << class::PIPE_MUTEX,
-            (MUTEX_LOCK_ENTRY, Some(MUTEX_LOCK_EXIT)),
-            (KP_MUTEX_LOCK_ENTRY, Some(KP_MUTEX_LOCK_EXIT)),
+            // No exit hook: see pipe_hooks.rs (contention_end ends a wait).
+            (MUTEX_LOCK_ENTRY, None),
+            (KP_MUTEX_LOCK_ENTRY, None),
             true,
         ),
         hook(
@@ -328,7 +340,21 @@ fn class_list(mask: u32) -> String {
 
 impl Tracer {
     pub fn attach(mode: ModeArg, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
-        let mut tracer = Self::load_and_attach(mode, filters, ebpf_log)?;
+        Self::attach_bodies(mode, filters, ebpf_log, HookBodies::Pipelock)
+    }
+
+    pub fn attach_bodies(
+        mode: ModeArg,
+        filters: &Filters,
+        ebpf_log: bool,
+        bodies: HookBodies,
+    ) -> Result<Self, Error> {
+        if bodies == HookBodies::Empty && !matches!(mode, ModeArg::Fentry | ModeArg::Kprobe) {
+            return Err(Error::Usage(
+                "--empty-programs needs --mode fentry or --mode kprobe".to_owned(),
+            ));
+        }
+        let mut tracer = Self::load_and_attach(mode, filters, ebpf_log, bodies)?;
         // One read of everything now: the first per-CPU map read (aya reads
         // the possible-CPU list) and info calls (aya probes kernel features)
         // cost tens of ms once; that belongs to loading, not to the collector.
@@ -342,7 +368,12 @@ impl Tracer {
         Ok(tracer)
     }
 
-    fn load_and_attach(mode: ModeArg, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
+    fn load_and_attach(
+        mode: ModeArg,
+        filters: &Filters,
+        ebpf_log: bool,
+        bodies: HookBodies,
+    ) -> Result<Self, Error> {
         crate::privilege::require()?;
         let inspector = KernelInspector::live();
         if crate::ebpf::OBJECT.is_empty() {
@@ -372,19 +403,22 @@ impl Tracer {
                 },
                 Vec::new(),
             ),
-            ModeArg::Fentry => (Attached::Fentry, attach_fentry(&mut ebpf, &inspector, &btf, mask)?),
+            ModeArg::Fentry => (
+                Attached::Fentry,
+                attach_fentry(&mut ebpf, &inspector, &btf, mask, bodies)?,
+            ),
             ModeArg::Kprobe => (
                 Attached::Kprobe { fallback: None },
-                attach_kprobe(&mut ebpf, &inspector, mask)?,
+                attach_kprobe(&mut ebpf, &inspector, mask, bodies)?,
             ),
             // Each failed attempt drops its object, which detaches whatever
             // part of it did attach, and starts from a fresh one.
-            ModeArg::Auto => match attach_fentry(&mut ebpf, &inspector, &btf, mask) {
+            ModeArg::Auto => match attach_fentry(&mut ebpf, &inspector, &btf, mask, bodies) {
                 Ok(notes) => (Attached::Fentry, notes),
                 Err(fentry_err) => {
                     let why = format!("fentry: {}", one_line(&fentry_err));
                     ebpf = load()?;
-                    match attach_kprobe(&mut ebpf, &inspector, mask) {
+                    match attach_kprobe(&mut ebpf, &inspector, mask, bodies) {
                         Ok(notes) => (Attached::Kprobe { fallback: Some(why) }, notes),
                         Err(kprobe_err) => {
                             ebpf = load()?;
@@ -419,6 +453,7 @@ impl Tracer {
         Ok(Self {
             ebpf,
             attached,
+            bodies,
             started: Instant::now(),
             _stats: None,
             cpu_at_attach: None,
@@ -427,6 +462,9 @@ impl Tracer {
     }
 
     pub fn mode(&self) -> String {
+        if self.bodies == HookBodies::Empty {
+            return format!("{} (empty programs)", self.short_mode());
+        }
         match &self.attached {
             Attached::Fentry => "fentry".to_owned(),
             Attached::Tracepoint { kind, fallback: None } => format!("tracepoint ({kind})"),
@@ -773,6 +811,13 @@ impl IntervalCollector {
     }
 }
 
+/// The contention tracepoints of the hooked modes: which acquisitions were
+/// contended, and when a contended pipe mutex acquisition ends.
+const CONTENTION_MARKERS: [(&str, &str); 2] = [
+    (programs::HOOKED_CONTENTION_BEGIN, "contention_begin"),
+    (programs::HOOKED_CONTENTION_END, "contention_end"),
+];
+
 /// Attaches every fentry/fexit hook the selected classes need to the
 /// function its role resolves to on this kernel (kallsyms + BTF), and the
 /// contention marker. Returns notes on hooks this kernel lacks.
@@ -781,6 +826,7 @@ fn attach_fentry(
     inspector: &KernelInspector,
     kernel_btf: &KernelBtf,
     class_mask: u32,
+    bodies: HookBodies,
 ) -> Result<Vec<String>, Error> {
     let kallsyms = inspector.kallsyms()?;
     let btf = Btf::from_sys_fs().map_err(|source| Error::Load {
@@ -799,27 +845,39 @@ fn attach_fentry(
     })?;
     for (programs, target) in &resolved {
         let Some(target) = target else { continue };
-        let prog: &mut aya::programs::FEntry = crate::ebpf::program_mut(ebpf, programs.fentry)?;
-        prog.load(target, &btf).map_err(fail("load", programs.fentry))?;
-        prog.attach().map_err(fail("attach", programs.fentry))?;
-        if let Some(exit) = programs.fexit {
+        let (entry, exit) = match bodies {
+            HookBodies::Pipelock => (programs.fentry, programs.fexit),
+            HookBodies::Empty => {
+                let i = HOOKS.iter().position(|h| std::ptr::eq(h, *programs)).unwrap_or(0);
+                (programs::EMPTY_FENTRY[i], programs.fexit.map(|_| programs::EMPTY_FEXIT[i]))
+            }
+        };
+        let prog: &mut aya::programs::FEntry = crate::ebpf::program_mut(ebpf, entry)?;
+        prog.load(target, &btf).map_err(fail("load", entry))?;
+        prog.attach().map_err(fail("attach", entry))?;
+        if let Some(exit) = exit {
             let prog: &mut aya::programs::FExit = crate::ebpf::program_mut(ebpf, exit)?;
             prog.load(target, &btf).map_err(fail("load", exit))?;
             prog.attach().map_err(fail("attach", exit))?;
         }
     }
-    if class_mask & PIPE_CLASSES != 0 {
-        let prog: &mut BtfTracePoint = crate::ebpf::program_mut(ebpf, programs::HOOKED_CONTENTION_BEGIN)?;
-        prog.load("contention_begin", &btf)
-            .map_err(fail("load", programs::HOOKED_CONTENTION_BEGIN))?;
-        prog.attach()
-            .map_err(fail("attach", programs::HOOKED_CONTENTION_BEGIN))?;
+    if class_mask & PIPE_CLASSES != 0 && bodies == HookBodies::Pipelock {
+        for (program, tracepoint) in CONTENTION_MARKERS {
+            let prog: &mut BtfTracePoint = crate::ebpf::program_mut(ebpf, program)?;
+            prog.load(tracepoint, &btf).map_err(fail("load", program))?;
+            prog.attach().map_err(fail("attach", program))?;
+        }
     }
     Ok(missing_hook_notes(&resolved))
 }
 
 /// The fentry hooks' logic on kprobes/kretprobes.
-fn attach_kprobe(ebpf: &mut Ebpf, inspector: &KernelInspector, class_mask: u32) -> Result<Vec<String>, Error> {
+fn attach_kprobe(
+    ebpf: &mut Ebpf,
+    inspector: &KernelInspector,
+    class_mask: u32,
+    bodies: HookBodies,
+) -> Result<Vec<String>, Error> {
     if !inspector.has_kprobes() {
         return Err(Error::Usage(
             "no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned(),
@@ -830,7 +888,14 @@ fn attach_kprobe(ebpf: &mut Ebpf, inspector: &KernelInspector, class_mask: u32) 
     let mut loaded = std::collections::HashSet::new();
     for (programs, target) in &resolved {
         let Some(target) = target else { continue };
-        for program in std::iter::once(programs.kprobe).chain(programs.kretprobe) {
+        let (entry, exit) = match bodies {
+            HookBodies::Pipelock => (programs.kprobe, programs.kretprobe),
+            HookBodies::Empty => (
+                programs::EMPTY_KPROBE,
+                programs.kretprobe.map(|_| programs::EMPTY_KRETPROBE),
+            ),
+        };
+        for program in std::iter::once(entry).chain(exit) {
             let prog: &mut aya::programs::KProbe = crate::ebpf::program_mut(ebpf, program)?;
             let fail = |action| {
                 let program = program.to_owned();
@@ -848,17 +913,19 @@ fn attach_kprobe(ebpf: &mut Ebpf, inspector: &KernelInspector, class_mask: u32) 
     }
     let mut notes = missing_hook_notes(&resolved);
     // Best effort: without it, contended acquisitions are not flagged.
-    if class_mask & PIPE_CLASSES != 0
-        && let Ok(btf) = Btf::from_sys_fs()
-    {
-        let prog: &mut BtfTracePoint = crate::ebpf::program_mut(ebpf, programs::HOOKED_CONTENTION_BEGIN)?;
-        if let Err(err) = prog
-            .load("contention_begin", &btf)
-            .and_then(|()| prog.attach().map(drop))
-        {
+    if class_mask & PIPE_CLASSES != 0 && bodies == HookBodies::Pipelock {
+        let attached = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {
+            CONTENTION_MARKERS.iter().try_for_each(|(program, tracepoint)| {
+                let prog: &mut BtfTracePoint =
+                    crate::ebpf::program_mut(ebpf, program).map_err(|e| one_line(&e))?;
+                prog.load(tracepoint, &btf)
+                    .and_then(|()| prog.attach().map(drop))
+                    .map_err(|e| one_line(&e))
+            })
+        });
+        if let Err(err) = attached {
             notes.push(format!(
-                "contended pipe lock acquisitions are not flagged: {}",
-                one_line(&err)
+                "contended pipe lock acquisitions are not flagged, and pipe mutex waits read 0: {err}"
             ));
         }
     }

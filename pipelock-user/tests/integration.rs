@@ -1227,9 +1227,27 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
             "wait count != acquisitions: {row}"
         );
     }
+    // The mutex has no exit hook: its contended waits end at contention_end,
+    // its uncontended ones read 0. So contention must show as wait time.
+    let contended = mutex["contentions"].as_u64().unwrap_or(0);
+    let buckets = mutex["wait"]["buckets"].as_array().context("no wait buckets")?;
+    // [lower bound ns, count] pairs; bound 0 is the bucket of 0 ns.
+    let nonzero_waits: u64 = buckets
+        .iter()
+        .filter(|b| b[0].as_u64() != Some(0))
+        .filter_map(|b| b[1].as_u64())
+        .sum();
+    ensure!(contended > 0, "a herd of 8 never contended the pipe mutex: {mutex}");
+    // 1 % slack: a contention_end that fires inside another BPF program is
+    // skipped by the kernel (recursion protection).
+    ensure!(
+        nonzero_waits * 100 >= contended * 99,
+        "{contended} contended mutex acquisitions but only {nonzero_waits} timed waits: {mutex}"
+    );
     println!(
-        "  herd: mutex {} acquisitions ({} contended), rd_wait.lock {} acquisitions",
-        mutex["acquisitions"], mutex["contentions"], rd["acquisitions"]
+        "  herd: mutex {} acquisitions ({contended} contended, {nonzero_waits} waits > 0 ns), rd_wait.lock {} \
+         acquisitions",
+        mutex["acquisitions"], rd["acquisitions"]
     );
     Ok(Outcome::Passed)
 }

@@ -201,22 +201,43 @@ pub fn bench_workloads(
 const BEGIN: &str = "PIPELOCK-OVERHEAD-BEGIN";
 const END: &str = "PIPELOCK-OVERHEAD-END";
 
+pub struct OverheadBench {
+    pub pairs: usize,
+    pub seconds: f64,
+    /// Empty: all of `pipelock overhead`'s workloads.
+    pub workloads: Vec<String>,
+    /// Empty: every attach mode (those a kernel refuses are listed as such).
+    pub modes: Vec<String>,
+    /// Some: also inside these VM kernels (empty: all of them).
+    pub vm_kernels: Option<Vec<String>>,
+}
+
 /// `cargo xtask bench-overhead`: `pipelock overhead` here and, with `vm`, in
 /// each VM kernel; the tables go to docs/benchmarks.md (JSON beside it).
 pub fn bench_overhead(
     root: &Path,
     pipelock: &Path,
     tools: &crate::bootstrap::Tools,
-    pairs: usize,
-    seconds: f64,
-    vm_kernels: Option<&[String]>,
+    bench: &OverheadBench,
 ) -> Result<()> {
+    let OverheadBench { pairs, seconds, .. } = *bench;
+    let mut selection = String::new();
+    if !bench.workloads.is_empty() {
+        selection += &format!(" --workload {}", bench.workloads.join(","));
+    }
+    let modes = if bench.modes.is_empty() {
+        "fentry,kprobe,tracepoint".to_owned()
+    } else {
+        bench.modes.join(",")
+    };
+    selection += &format!(" --mode {modes}");
     let out_dir = root.join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
     let (host_md, host_json) = (out_dir.join("overhead-host.md"), out_dir.join("overhead-host.json"));
     crate::run(
         Command::new(pipelock)
             .args(["overhead", "--pairs", &pairs.to_string(), "--seconds", &seconds.to_string()])
+            .args(selection.split_whitespace())
             .arg("--markdown")
             .arg(&host_md)
             .arg("--json")
@@ -226,22 +247,25 @@ pub fn bench_overhead(
         "# pipelock's overhead\n\nRegenerate with `cargo xtask bench-overhead --vm` (the host alone: without \
          `--vm`). Each cell alternates an untraced and a traced run of the same workload (A B A B …); the \
          ratio is traced/untraced throughput (for pipe-herd, untraced/traced time), so 1.000 means free. \
-         Traced runs refresh every second (`--interval 1`, like `pipelock top`). BPF run time comes from \
-         the kernel's run-time statistics (a scoped `BPF_ENABLE_STATS` descriptor), the workload's CPU \
-         time from `getrusage` of its worker processes, map memory from the maps' `memlock`, and the \
-         collector's CPU from its own `getrusage`.\n\n## This host\n\n",
+         Traced runs refresh every second (`--interval 1`, like `pipelock top`). In the hooked modes \
+         (fentry, kprobe) the same hooks are also measured with programs that return at once \
+         (`empty programs`): what the trampolines or kprobes alone cost, the floor under pipelock's own \
+         programs. Ratios are measured with the kernel's run-time statistics off; one more traced run \
+         per cell, with them on (a scoped `BPF_ENABLE_STATS` descriptor), gives BPF runs and run time. \
+         The workload's CPU time comes from `getrusage` of its worker processes, map memory from the \
+         maps' `memlock`, and the collector's CPU from its own `getrusage`.\n\n## This host\n\n",
     );
     doc.push_str(&std::fs::read_to_string(&host_md)?);
     let mut json = serde_json::json!({ "host": serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&host_json)?)? });
-    if let Some(only) = vm_kernels {
+    if let Some(only) = &bench.vm_kernels {
         // TCG runs everything ~50x slower: shorter runs, a smaller herd.
         let guest = format!(
-            "/pipelock overhead --pairs {pairs} --seconds 1 --herd-limit 20000 --mode fentry,kprobe,tracepoint \
+            "/pipelock overhead --pairs {pairs} --seconds 1 --herd-limit 20000{selection} \
              --markdown /tmp/overhead.md --json /tmp/overhead.json >/dev/null; rc=$?; echo {BEGIN}; \
              cat /tmp/overhead.md; echo {END}; (exit $rc)"
         );
         let options = crate::vm::Options {
-            only: only.to_vec(),
+            only: only.clone(),
             timeout: std::time::Duration::from_secs(3600),
             kvm: false,
             verbose: false,

@@ -67,9 +67,15 @@ enum Task {
         /// Also measure inside the VM kernels (slow: TCG emulation).
         #[arg(long)]
         vm: bool,
-        /// With --vm: only kernels whose name contains this (repeatable).
+        /// With --vm: only this kernel (repeatable), e.g. `--kernel 6.1`.
         #[arg(long = "kernel", value_name = "NAME")]
         kernels: Vec<String>,
+        /// Only these workloads (pipe-throughput, pipe-herd, lockref-stat).
+        #[arg(long = "workload", value_name = "NAME", value_delimiter = ',')]
+        workloads: Vec<String>,
+        /// Only these attach modes (fentry, kprobe, tracepoint; default: all).
+        #[arg(long = "mode", value_name = "MODE", value_delimiter = ',')]
+        modes: Vec<String>,
     },
     /// Run the integration tests inside each kernel of xtask/vm-kernels.txt
     /// under qemu (TCG), fetching kernels and qemu as needed.
@@ -78,7 +84,7 @@ enum Task {
 
 #[derive(clap::Args)]
 struct VmArgs {
-    /// Only kernels whose name contains this (repeatable), e.g. `--kernel 6.18`.
+    /// Only this kernel (repeatable), e.g. `--kernel 6.1` (not 6.12).
     #[arg(long = "kernel", value_name = "NAME")]
     only: Vec<String>,
     /// Limit for one kernel's boot and tests, in seconds.
@@ -139,11 +145,20 @@ fn task(task: Task) -> Result<()> {
             seconds,
             vm,
             kernels,
+            workloads,
+            modes,
         } => {
             let pipelock = build(&root)?;
             bootstrap::ensure_debian_packages(&[("linux-perf", &|| bootstrap::which("perf").is_some())])?;
             let tools = bootstrap::ensure(&root)?;
-            bench::bench_overhead(&root, &pipelock, &tools, pairs, seconds, vm.then_some(kernels.as_slice()))
+            let bench = bench::OverheadBench {
+                pairs,
+                seconds,
+                workloads,
+                modes,
+                vm_kernels: vm.then_some(kernels),
+            };
+            bench::bench_overhead(&root, &pipelock, &tools, &bench)
         }
         Task::VmTest(args) => {
             let tools = bootstrap::ensure(&root)?;

@@ -97,6 +97,12 @@ pub fn parse_kernel_list(text: &str) -> Result<Vec<Kernel>> {
 }
 
 /// `*` matches any run of characters; everything else matches itself.
+/// `--kernel 6.1` picks debian-6.1, not debian-6.12: a selector matches a
+/// whole name or a whole `-`-separated tail of it (`6.1`, `debian-6.1`).
+pub fn selects(name: &str, selector: &str) -> bool {
+    name == selector || name.strip_suffix(selector).is_some_and(|head| head.ends_with('-'))
+}
+
 pub fn glob_match(glob: &str, text: &str) -> bool {
     match glob.split_once('*') {
         None => glob == text,
@@ -203,7 +209,7 @@ pub fn boot_each(
 
     let selected: Vec<&Kernel> = kernels
         .iter()
-        .filter(|k| options.only.is_empty() || options.only.iter().any(|o| k.name.contains(o.as_str())))
+        .filter(|k| options.only.is_empty() || options.only.iter().any(|o| selects(&k.name, o)))
         .collect();
     ensure!(
         !selected.is_empty(),
@@ -342,7 +348,7 @@ mount -t debugfs debugfs /sys/kernel/debug
 mount -t bpf bpf /sys/fs/bpf
 mount -t tmpfs tmp /tmp
 export PIPELOCK_BIN=/pipelock PIPELOCK_IN_VM=1 PIPELOCK_EXPECT_PROGRAM_TYPES={expected} PATH=/bin
-echo "pipelock-vm: {name}: $(cat /proc/sys/kernel/osrelease)"
+echo "pipelock-vm: {name}: $(cat /proc/sys/kernel/osrelease), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 {guest}
 echo "{sentinel}$?"
 poweroff -f
@@ -639,6 +645,16 @@ mod tests {
         assert!(parse_kernel_list("x\n").is_err());
         let k = parse_kernel_list("mine file:/boot/vmlinuz tp_btf # comment\n").unwrap();
         assert!(matches!(&k[0].source, Source::File(p) if p == Path::new("/boot/vmlinuz")));
+    }
+
+    #[test]
+    fn a_kernel_selector_matches_whole_version_parts() {
+        assert!(selects("debian-6.1", "6.1"));
+        assert!(selects("debian-6.1", "debian-6.1"));
+        assert!(!selects("debian-6.12", "6.1"));
+        assert!(!selects("debian-6.18", "6.1"));
+        assert!(selects("debian-6.18", "6.18"));
+        assert!(!selects("debian-6.18", "18"));
     }
 
     #[test]
