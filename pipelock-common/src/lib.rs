@@ -270,9 +270,9 @@ pub mod pipe_lock {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskPipe {
     pub pipe: u64,
-    /// The `struct file` of the call: its inode number is read only when a
-    /// lock is first registered, not on every call.
-    pub file: u64,
+    /// The call's `struct kiocb`: its file (pipe, inode number) is read only
+    /// on the thread's first call on a pipe, not on every call.
+    pub kiocb: u64,
     /// When the lock call started (0: not in a lock call).
     pub wait_start: [u64; pipe_lock::COUNT],
     /// When the lock was acquired (0: not held by this task).

@@ -1,11 +1,11 @@
 //! fentry mode: every acquisition of a pipe's mutex and wait-queue spinlocks,
 //! with wait (lock call → acquired) and hold (acquired → unlock) times.
 //!
-//! pipe_read/pipe_write (or anon_pipe_*) entry records, per task, the pipe
-//! the task works on; the lock and unlock hooks, which fire for every mutex
-//! and spinlock in the system, do one hash lookup by thread id and compare
-//! the lock address with that pipe's three locks before touching anything
-//! else. A read/write that sleeps drops and retakes the mutex: each
+//! pipe_read/pipe_write (or anon_pipe_*) entry marks the task as inside a
+//! pipe call, and the call's first mutex_lock names the pipe; the lock and
+//! unlock hooks, which fire for every mutex and spinlock in the system, do
+//! one hash lookup by thread id and compare the lock address with that
+//! pipe's three locks before touching anything else. A read/write that sleeps drops and retakes the mutex: each
 //! lock/unlock pair is its own hold.
 //!
 //! The mutex has no exit hook: its fast path is one cmpxchg, so an
@@ -45,49 +45,60 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// pipe_read/pipe_write(struct kiocb *iocb, …): remember the task's pipe.
+/// `TaskPipe::pipe` inside a pipe call whose mutex has not been taken yet
+/// (no lock lives at address 1).
+const PIPE_PENDING: u64 = 1;
+
+/// pipe_read/pipe_write(struct kiocb *iocb, …): the task enters a pipe call.
+/// Which pipe is learnt from its first mutex_lock (see `adopt_pipe`): no
+/// kernel memory is read here, on every call.
 #[inline(always)]
 fn enter_pipe_call(kiocb: u64) {
     let cfg = config();
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if !wanted(&cfg, tgid) {
+    if !wanted(&cfg, (pid_tgid >> 32) as u32) {
         return;
     }
-    let Some(file) = read::<u64>(kiocb + cfg.kiocb_filp as u64) else {
-        return;
-    };
-    let Some(pipe) = read::<u64>(file + cfg.file_private_data as u64) else {
-        return;
-    };
     let tid = pid_tgid as u32;
     if let Some(state) = TASK_PIPE.get_ptr_mut(tid) {
         // SAFETY: this task's own entry; no other task writes it.
         let state = unsafe { &mut *state };
-        // The process is recorded on a pipe, and the pipe's locks in
-        // LOCK_INFO, once per thread and pipe, not on every call.
-        if state.noted_pipe != pipe {
-            note_user(pipe, tgid);
-            state.noted_pipe = pipe;
-            state.registered = 0;
-        }
-        state.pipe = pipe;
-        state.file = file;
+        state.pipe = PIPE_PENDING;
+        state.kiocb = kiocb;
         state.wait_start = [0; pipe_lock::COUNT];
         state.hold_start = [0; pipe_lock::COUNT];
         return;
     }
     let state = TaskPipe {
-        pipe,
-        file,
-        noted_pipe: pipe,
+        pipe: PIPE_PENDING,
+        kiocb,
         ..TaskPipe::default()
     };
     if TASK_PIPE.insert(tid, state, 0).is_err() {
         crate::pipe_contention::count_drop(pipelock_common::Drop::PendingFull);
-        return;
     }
-    note_user(pipe, tgid);
+}
+
+/// The first mutex a pipe read or write takes is its pipe's (`&pipe->mutex
+/// == pipe`, taken before anything else). A thread's first call on a pipe
+/// checks that against `kiocb->ki_filp->private_data` and records the
+/// process on the pipe; later calls on the same pipe trust it, so the two
+/// reads of kernel memory happen once per thread and pipe, not per call.
+#[inline(always)]
+fn adopt_pipe(state: &mut TaskPipe, lock: u64, tgid: u32) -> bool {
+    if lock != state.noted_pipe {
+        let cfg = config();
+        let pipe = read::<u64>(state.kiocb + cfg.kiocb_filp as u64)
+            .and_then(|file| read::<u64>(file + cfg.file_private_data as u64));
+        if pipe != Some(lock) {
+            return false;
+        }
+        note_user(lock, tgid);
+        state.noted_pipe = lock;
+        state.registered = 0;
+    }
+    state.pipe = lock;
+    true
 }
 
 #[inline(always)]
@@ -117,14 +128,18 @@ fn which_lock(state: &TaskPipe, lock: u64) -> Option<usize> {
 /// mutex_lock entry: acquired now unless a `contention_begin` follows.
 #[inline(always)]
 fn mutex_lock_call(lock: u64) {
-    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(state) = TASK_PIPE.get_ptr_mut(pid_tgid as u32) else {
         return;
     };
     // SAFETY: this task's own entry; no other task writes it.
     let state = unsafe { &mut *state };
-    if which_lock(state, lock) != Some(pipe_lock::MUTEX)
-        || config().class_mask & (1 << CLASSES[pipe_lock::MUTEX]) == 0
-    {
+    if state.pipe == PIPE_PENDING && !adopt_pipe(state, lock, (pid_tgid >> 32) as u32) {
+        // Not the pipe's mutex after all: leave this call untraced.
+        state.pipe = 0;
+        return;
+    }
+    if lock != state.pipe || config().class_mask & (1 << CLASSES[pipe_lock::MUTEX]) == 0 {
         return;
     }
     let at = now();
@@ -223,7 +238,8 @@ fn register(state: &mut TaskPipe, index: usize, lock: u64) {
         // SAFETY: a lookup only.
         if unsafe { LOCK_INFO.get(lock) }.is_none() {
             let cfg = config();
-            let ino = read::<u64>(state.file + cfg.file_inode as u64)
+            let ino = read::<u64>(state.kiocb + cfg.kiocb_filp as u64)
+                .and_then(|file| read::<u64>(file + cfg.file_inode as u64))
                 .and_then(|inode| read::<u64>(inode + cfg.inode_ino as u64))
                 .unwrap_or(0);
             let info = LockInfo {
