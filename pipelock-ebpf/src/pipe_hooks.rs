@@ -5,8 +5,8 @@
 //! pipe call, and the call's first mutex_lock names the pipe; the lock and
 //! unlock hooks, which fire for every mutex and spinlock in the system, do
 //! one hash lookup by thread id and compare the lock address with that
-//! pipe's three locks before touching anything else. A read/write that sleeps drops and retakes the mutex: each
-//! lock/unlock pair is its own hold.
+//! pipe's three locks before touching anything else. A read/write that
+//! sleeps drops and retakes the mutex: each lock/unlock pair is its own hold.
 //!
 //! The mutex has no exit hook: its fast path is one cmpxchg, so an
 //! acquisition without `contention_begin` counts as acquired at the lock

@@ -464,7 +464,10 @@ pub fn render_histograms(report: &TraceReport, top: usize) -> String {
     for row in report.locks.iter().take(top) {
         for (kind, timing) in [("wait", &row.wait), ("hold", &row.hold)] {
             if let Some(timing) = timing {
-                out.push_str(&format!("\n{} {} {kind} ({} samples)\n", row.class, row.name, timing.count));
+                out.push_str(&format!(
+                    "\n{} {} {kind} ({} samples)\n",
+                    row.class, row.name, timing.count
+                ));
                 out.push_str(&render_histogram(timing));
             }
         }
@@ -611,7 +614,11 @@ mod tests {
         assert_eq!(headers.len(), CSV_COLUMNS.len() + 1);
         assert_eq!(&headers[0], "timestamp");
         let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
-        assert_eq!(rows.len(), 2, "one row per lock per interval, none for an empty one");
+        assert_eq!(
+            rows.len(),
+            2,
+            "one row per lock per interval, none for an empty one"
+        );
         assert_eq!(&rows[1][0], "2026-11-30T12:00:03.000Z");
         assert_eq!(&rows[1][1], "pipe-mutex");
         assert!(rows.iter().all(|r| r.len() == headers.len()));
@@ -647,7 +654,10 @@ mod tests {
         sort_rows(&mut rows, SortKey::WaitMax);
         assert_eq!(rows[0].lock_addr, 1);
         sort_rows(&mut rows, SortKey::HoldMax);
-        assert_eq!(rows[0].lock_addr, 1, "equal (unmeasured) values fall back to address order");
+        assert_eq!(
+            rows[0].lock_addr, 1,
+            "equal (unmeasured) values fall back to address order"
+        );
     }
 
     #[test]

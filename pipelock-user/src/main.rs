@@ -111,7 +111,11 @@ fn run_trace(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     let mut collector = trace::IntervalCollector::new(&tracer);
     let mut tick = |tracer: &mut Tracer, last: bool| -> Result<lockstats::TraceReport, Error> {
         let snapshot = collector.tick(tracer)?;
-        let mut shown = if args.reset { snapshot.interval } else { snapshot.total.clone() };
+        let mut shown = if args.reset {
+            snapshot.interval
+        } else {
+            snapshot.total.clone()
+        };
         let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
         if let Some(csv) = interval_csv.as_mut() {
             csv.append(&shown, &timestamp)?;
@@ -188,7 +192,8 @@ impl IntervalCsv {
             path: self.path.clone(),
             source,
         };
-        let block = lockstats::csv_block(report, Some(timestamp), false).map_err(|e| fail(io::Error::other(e)))?;
+        let block =
+            lockstats::csv_block(report, Some(timestamp), false).map_err(|e| fail(io::Error::other(e)))?;
         self.file.write_all(&block).map_err(fail)?;
         self.file.sync_data().map_err(fail)
     }
@@ -227,7 +232,9 @@ fn run_overhead(args: &pipelock_user::cli::OverheadArgs) -> Result<(), Error> {
 fn run_workload(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     // `--trace` records the lock class the workload is about.
     let (workload, common, classes): (Box<dyn Workload>, _, _) = match command {
-        WorkloadCommand::PipeThroughput { args, common } => (Box::new(PipeThroughput(args)), common, Vec::new()),
+        WorkloadCommand::PipeThroughput { args, common } => {
+            (Box::new(PipeThroughput(args)), common, Vec::new())
+        }
         WorkloadCommand::PipeHerd { args, common } => (Box::new(PipeHerd(args)), common, Vec::new()),
         WorkloadCommand::PipeStream { args, common } => (Box::new(PipeStream(args)), common, Vec::new()),
         WorkloadCommand::LockrefStat { args, common } => (

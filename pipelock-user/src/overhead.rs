@@ -151,7 +151,10 @@ fn workload_result(result: &Path) -> Result<(f64, f64), Error> {
     let value = run["value"]
         .as_f64()
         .ok_or_else(|| Error::Usage("no value in the workload result".to_owned()))?;
-    Ok((value, run["counters"]["task_clock_ms"].as_f64().unwrap_or(0.0) / 1e3))
+    Ok((
+        value,
+        run["counters"]["task_clock_ms"].as_f64().unwrap_or(0.0) / 1e3,
+    ))
 }
 
 /// `pipelock run CASE --no-counters -q --json F`, optionally wrapped.
@@ -303,7 +306,10 @@ fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
@@ -358,7 +364,12 @@ pub fn run(options: &Options) -> Result<Results, Error> {
         let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
         let mut collector: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
         for pair in 0..options.pairs {
-            eprintln!("pipelock overhead: {} pair {}/{}", case.name, pair + 1, options.pairs);
+            eprintln!(
+                "pipelock overhead: {} pair {}/{}",
+                case.name,
+                pair + 1,
+                options.pairs
+            );
             for (i, tracer) in tracers.iter().enumerate() {
                 let bare = untraced(&case, &[])?;
                 let value = match tracer {
@@ -394,13 +405,21 @@ pub fn run(options: &Options) -> Result<Results, Error> {
             let ratio_median = median(values);
             let cost = match tracer {
                 Tracer::Pipelock { mode, empty } => {
-                    eprintln!("pipelock overhead: {} {}: run-time statistics", case.name, tracer.label());
+                    eprintln!(
+                        "pipelock overhead: {} {}: run-time statistics",
+                        case.name,
+                        tracer.label()
+                    );
                     Some(traced(mode, *empty, true, &case)?.1)
                 }
                 Tracer::Perf(_) => None,
             };
-            let runs = cost.as_ref().map(|c| c.programs.iter().map(|p| p.run_count).sum::<u64>());
-            let run_ns = cost.as_ref().map(|c| c.programs.iter().map(|p| p.run_time_ns).sum::<u64>());
+            let runs = cost
+                .as_ref()
+                .map(|c| c.programs.iter().map(|p| p.run_count).sum::<u64>());
+            let run_ns = cost
+                .as_ref()
+                .map(|c| c.programs.iter().map(|p| p.run_time_ns).sum::<u64>());
             let goal = target(tracer, case.name, emulated);
             rows.push(Row {
                 workload: case.name.to_owned(),
@@ -409,7 +428,9 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                 ratio_min: lo,
                 ratio_max: hi,
                 bpf_runs: runs,
-                bpf_ns_per_run: runs.zip(run_ns).and_then(|(r, t)| (r > 0).then(|| t as f64 / r as f64)),
+                bpf_ns_per_run: runs
+                    .zip(run_ns)
+                    .and_then(|(r, t)| (r > 0).then(|| t as f64 / r as f64)),
                 bpf_share_of_cpu: cost
                     .as_ref()
                     .zip(run_ns)
@@ -430,8 +451,10 @@ pub fn run(options: &Options) -> Result<Results, Error> {
         emulated,
         cpu,
         cpus: std::thread::available_parallelism().map_or(1, usize::from),
-        clocksource: std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-            .map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned()),
+        clocksource: std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned()),
         pairs: options.pairs,
         rows,
         skipped,
@@ -480,7 +503,9 @@ pub fn to_markdown(results: &Results) -> String {
         );
     }
     out.push_str("\nPer program (one more traced run of each cell, with run-time statistics on):\n\n");
-    out.push_str("| workload | mode | program | runs | ns per run | recursion misses |\n|---|---|---|---|---|---|\n");
+    out.push_str(
+        "| workload | mode | program | runs | ns per run | recursion misses |\n|---|---|---|---|---|---|\n",
+    );
     for row in &results.rows {
         for p in row.programs.iter().filter(|p| p.run_count > 0) {
             let _ = writeln!(
@@ -507,13 +532,16 @@ pub fn to_markdown(results: &Results) -> String {
                     row.workload,
                     share * 100.0,
                     BPF_SHARE_TARGET * 100.0,
-                    if share <= BPF_SHARE_TARGET { "met" } else { "**missed**" }
+                    if share <= BPF_SHARE_TARGET {
+                        "met"
+                    } else {
+                        "**missed**"
+                    }
                 ));
             }
-            let floor = results
-                .rows
-                .iter()
-                .find(|r| r.workload == row.workload && r.tracer == format!("{}, empty programs", row.tracer));
+            let floor = results.rows.iter().find(|r| {
+                r.workload == row.workload && r.tracer == format!("{}, empty programs", row.tracer)
+            });
             if let Some(floor) = floor {
                 lines.push(format!(
                     "- {} {}: empty programs on the same hooks alone give {:.3}; pipelock's programs {:.3}",
@@ -580,7 +608,10 @@ mod tests {
             cpus: 2,
             clocksource: "tsc".to_owned(),
             pairs: 5,
-            rows: vec![fentry, row("pipe-throughput", "fentry, empty programs", 0.6, 0.02)],
+            rows: vec![
+                fentry,
+                row("pipe-throughput", "fentry, empty programs", 0.6, 0.02),
+            ],
             emulated,
             skipped: vec!["kprobe: no kprobe PMU".to_owned()],
         }
@@ -604,7 +635,10 @@ mod tests {
         assert_eq!(target(&tracepoint, "pipe-herd", true), None);
         assert_eq!(target(&fentry, "pipe-throughput", true), Some(FENTRY_TARGET));
         assert_eq!(target(&floor, "pipe-throughput", true), None);
-        assert_eq!(target(&Tracer::Perf(PathBuf::new()), "pipe-throughput", false), None);
+        assert_eq!(
+            target(&Tracer::Perf(PathBuf::new()), "pipe-throughput", false),
+            None
+        );
         assert_eq!(floor.label(), "fentry, empty programs");
     }
 
@@ -613,9 +647,18 @@ mod tests {
         let md = to_markdown(&results(false));
         assert!(md.contains("| pipe-throughput | fentry | 0.300 |"), "{md}");
         assert!(md.contains("≥ 0.85: **missed**"), "{md}");
-        assert!(md.contains("BPF time 20.00 % of the workload's CPU (target ≤ 10 %): **missed**"), "{md}");
-        assert!(md.contains("empty programs on the same hooks alone give 0.600; pipelock's programs 0.300"), "{md}");
-        assert!(md.contains("collector 5.00 % of one CPU (target ≤ 1 %): **missed**"), "{md}");
+        assert!(
+            md.contains("BPF time 20.00 % of the workload's CPU (target ≤ 10 %): **missed**"),
+            "{md}"
+        );
+        assert!(
+            md.contains("empty programs on the same hooks alone give 0.600; pipelock's programs 0.300"),
+            "{md}"
+        );
+        assert!(
+            md.contains("collector 5.00 % of one CPU (target ≤ 1 %): **missed**"),
+            "{md}"
+        );
         assert!(md.contains("Not measured here: kprobe: no kprobe PMU"), "{md}");
         let emulated = to_markdown(&results(true));
         assert!(emulated.contains("not judged under emulation"), "{emulated}");

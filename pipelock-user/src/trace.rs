@@ -224,8 +224,20 @@ const HOOKS: [HookPrograms; 12] = {
     let spin = (KP_SPIN_LOCK_ENTRY, Some(KP_SPIN_LOCK_EXIT));
     let unspin = (KP_SPIN_UNLOCK_ENTRY, None);
     [
-        hook(PIPE_READ, PIPE_CLASSES, (PIPE_READ_ENTRY, Some(PIPE_READ_EXIT)), read, true),
-        hook(PIPE_WRITE, PIPE_CLASSES, (PIPE_WRITE_ENTRY, Some(PIPE_WRITE_EXIT)), write, true),
+        hook(
+            PIPE_READ,
+            PIPE_CLASSES,
+            (PIPE_READ_ENTRY, Some(PIPE_READ_EXIT)),
+            read,
+            true,
+        ),
+        hook(
+            PIPE_WRITE,
+            PIPE_CLASSES,
+            (PIPE_WRITE_ENTRY, Some(PIPE_WRITE_EXIT)),
+            write,
+            true,
+        ),
         hook(
             MUTEX_LOCK,
             1 << class::PIPE_MUTEX,
@@ -262,7 +274,13 @@ const HOOKS: [HookPrograms; 12] = {
             spin,
             false,
         ),
-        hook(SPIN_UNLOCK_IRQ, WAIT_CLASSES, (SPIN_UNLOCK_IRQ_ENTRY, None), unspin, false),
+        hook(
+            SPIN_UNLOCK_IRQ,
+            WAIT_CLASSES,
+            (SPIN_UNLOCK_IRQ_ENTRY, None),
+            unspin,
+            false,
+        ),
         hook(
             LEGITIMIZE_PATH,
             LOCKREF_CLASS,
@@ -529,10 +547,13 @@ impl Tracer {
     /// window of microseconds per lock.
     fn take_stats(&mut self) -> Result<HashMap<u64, LockStats>, Error> {
         let stats = self.read_stats()?;
-        let map = self.ebpf.map_mut(maps::LOCK_STATS).ok_or_else(|| Error::Missing {
-            kind: "map",
-            name: maps::LOCK_STATS.to_owned(),
-        })?;
+        let map = self
+            .ebpf
+            .map_mut(maps::LOCK_STATS)
+            .ok_or_else(|| Error::Missing {
+                kind: "map",
+                name: maps::LOCK_STATS.to_owned(),
+            })?;
         let mut live: PerCpuHashMap<_, u64, LockStats> =
             PerCpuHashMap::try_from(map).map_err(map_err(maps::LOCK_STATS))?;
         for lock in stats.keys() {
@@ -553,7 +574,12 @@ impl Tracer {
         let count = |name: &str| -> Option<usize> {
             let map = self.ebpf.map(name)?;
             match name {
-                maps::LOCK_STATS => Some(PerCpuHashMap::<_, u64, LockStats>::try_from(map).ok()?.keys().count()),
+                maps::LOCK_STATS => Some(
+                    PerCpuHashMap::<_, u64, LockStats>::try_from(map)
+                        .ok()?
+                        .keys()
+                        .count(),
+                ),
                 maps::PENDING => Some(BpfHashMap::<_, u32, Pending>::try_from(map).ok()?.keys().count()),
                 maps::LOCK_INFO => Some(ids.info.len()),
                 maps::LOCK_USERS => Some(ids.comms.values().map(Vec::len).sum()),
@@ -570,7 +596,9 @@ impl Tracer {
         ]
         .into_iter()
         .filter_map(|name| {
-            let (Map::HashMap(data) | Map::LruHashMap(data) | Map::PerCpuHashMap(data)) = self.ebpf.map(name)? else {
+            let (Map::HashMap(data) | Map::LruHashMap(data) | Map::PerCpuHashMap(data)) =
+                self.ebpf.map(name)?
+            else {
                 return None;
             };
             Some(MapFill {
@@ -849,7 +877,10 @@ fn attach_fentry(
             HookBodies::Pipelock => (programs.fentry, programs.fexit),
             HookBodies::Empty => {
                 let i = HOOKS.iter().position(|h| std::ptr::eq(h, *programs)).unwrap_or(0);
-                (programs::EMPTY_FENTRY[i], programs.fexit.map(|_| programs::EMPTY_FEXIT[i]))
+                (
+                    programs::EMPTY_FENTRY[i],
+                    programs.fexit.map(|_| programs::EMPTY_FEXIT[i]),
+                )
             }
         };
         let prog: &mut aya::programs::FEntry = crate::ebpf::program_mut(ebpf, entry)?;
@@ -1003,7 +1034,8 @@ pub fn wait_for(
         {
             on_tick()?;
             // Ticks stay on the grid even when one report ran late.
-            next_tick = Some(tick + interval * ((tick.elapsed().as_nanos() / interval.as_nanos()) as u32 + 1));
+            next_tick =
+                Some(tick + interval * ((tick.elapsed().as_nanos() / interval.as_nanos()) as u32 + 1));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

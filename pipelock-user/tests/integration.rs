@@ -698,7 +698,11 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
         (&["trace", "--duration", "-2"], 2, "greater than 0"),
         (&["trace", "--reset"], 2, "--interval"),
         (&["top"], 1, "pipelock top needs a terminal"),
-        (&["top", "--workload", "pipe-herd", "--", "true"], 2, "cannot be used with"),
+        (
+            &["top", "--workload", "pipe-herd", "--", "true"],
+            2,
+            "cannot be used with",
+        ),
         (&["trace", "--sort", "fastest"], 2, "invalid value 'fastest'"),
         (&["run", "no-such-workload"], 2, "unrecognized subcommand"),
         (
@@ -1237,7 +1241,10 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
         .filter(|b| b[0].as_u64() != Some(0))
         .filter_map(|b| b[1].as_u64())
         .sum();
-    ensure!(contended > 0, "a herd of 8 never contended the pipe mutex: {mutex}");
+    ensure!(
+        contended > 0,
+        "a herd of 8 never contended the pipe mutex: {mutex}"
+    );
     // 1 % slack: a contention_end that fires inside another BPF program is
     // skipped by the kernel (recursion protection).
     ensure!(
@@ -1326,7 +1333,10 @@ fn hooks_count_lockref_calls_of_a_stat_storm(mode: &str) -> Result<Outcome> {
         "{calls} lockref calls for {N} stat()s, want ≈ {}",
         2 * N
     );
-    ensure!(row["wait"]["count"] == calls, "call latency not recorded per call: {row}");
+    ensure!(
+        row["wait"]["count"] == calls,
+        "call latency not recorded per call: {row}"
+    );
     let fallbacks = row["contentions"].as_u64().context("no contentions")?;
     ensure!(fallbacks <= calls, "more fallbacks than calls: {row}");
     let holds = row["hold"]["count"].as_u64().unwrap_or(0);
@@ -1355,7 +1365,11 @@ fn tracepoint_mode_says_lockref_is_unavailable() -> Result<Outcome> {
         "tracepoint mode does not say lockref is unavailable: {notes:?}"
     );
     ensure!(
-        !report["locks"].as_array().context("no locks")?.iter().any(|r| r["class"] == "lockref"),
+        !report["locks"]
+            .as_array()
+            .context("no locks")?
+            .iter()
+            .any(|r| r["class"] == "lockref"),
         "tracepoint mode invented lockref rows: {report}"
     );
     Ok(Outcome::Passed)
@@ -1403,11 +1417,31 @@ fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
     // even where one herd is over in a tenth of a second (TCG guests).
     let (limit, runs) = if in_vm() { ("40000", "4") } else { ("300000", "1") };
     let out = run(pipelock()
-        .args(["trace", "--mode", "tracepoint", "--interval", "0.05", "--reset", "--csv"])
+        .args([
+            "trace",
+            "--mode",
+            "tracepoint",
+            "--interval",
+            "0.05",
+            "--reset",
+            "--csv",
+        ])
         .arg(&csv_path)
         .arg("--json")
         .arg(&json_path)
-        .args(["--", &bin, "run", "pipe-herd", "-k", "5", "--limit", limit, "--runs", runs, "-q"]))?;
+        .args([
+            "--",
+            &bin,
+            "run",
+            "pipe-herd",
+            "-k",
+            "5",
+            "--limit",
+            limit,
+            "--runs",
+            runs,
+            "-q",
+        ]))?;
     let (csv_text, json_text) = (fs::read(&csv_path), fs::read_to_string(&json_path));
     let _ = (fs::remove_file(&csv_path), fs::remove_file(&json_path));
     ensure!(out.status.success(), "trace --interval: {}", text(&out.stderr));
@@ -1527,7 +1561,10 @@ fn top_runs_in_a_real_terminal_and_detaches() -> Result<Outcome> {
     let result = (|| -> Result<()> {
         let screen = screen_with("pipe-mutex")?;
         ensure!(screen.contains("pipelock top · kernel"), "no header:\n{screen}");
-        ensure!(pipelock_programs_loaded()? > 0, "top runs, yet no pipelock program is loaded");
+        ensure!(
+            pipelock_programs_loaded()? > 0,
+            "top runs, yet no pipelock program is loaded"
+        );
         tmux(&["send-keys", "-t", "top", "t"])?;
         screen_with("total wait▼")?;
         tmux(&["send-keys", "-t", "top", "c"])?;
@@ -1543,7 +1580,10 @@ fn top_runs_in_a_real_terminal_and_detaches() -> Result<Outcome> {
         let status = fs::read_to_string(&status_file)?;
         ensure!(status.trim() == "0", "top exited with {status}");
         let left = programs_left_after_exit()?;
-        ensure!(left == 0, "{left} pipelock program(s) still loaded 10 s after quitting");
+        ensure!(
+            left == 0,
+            "{left} pipelock program(s) still loaded 10 s after quitting"
+        );
         Ok(())
     })();
     let _ = tmux(&["kill-server"]);
@@ -1572,7 +1612,10 @@ fn open_pty(cols: u16, rows: u16) -> Result<(fs::File, PathBuf)> {
             ws_xpixel: 0,
             ws_ypixel: 0,
         };
-        ensure!(libc::ioctl(master, libc::TIOCSWINSZ, &size) == 0, "TIOCSWINSZ failed");
+        ensure!(
+            libc::ioctl(master, libc::TIOCSWINSZ, &size) == 0,
+            "TIOCSWINSZ failed"
+        );
         Ok((fs::File::from_raw_fd(master), path))
     }
 }
@@ -1600,7 +1643,15 @@ fn top_in_a_pty_shows_hold_times_where_hooks_work() -> Result<Outcome> {
     let slave = fs::OpenOptions::new().read(true).write(true).open(&slave_path)?;
     let mut command = pipelock();
     command
-        .args(["top", "--mode", mode, "--interval", "0.5", "--class", "pipe-mutex,pipe-wait"])
+        .args([
+            "top",
+            "--mode",
+            mode,
+            "--interval",
+            "0.5",
+            "--class",
+            "pipe-mutex,pipe-wait",
+        ])
         .args(["--workload", "pipe-herd"])
         .stdin(slave.try_clone()?)
         .stdout(slave.try_clone()?)
@@ -1653,7 +1704,10 @@ fn top_in_a_pty_shows_hold_times_where_hooks_work() -> Result<Outcome> {
     };
     let result = (|| -> Result<()> {
         seen("pipe-mutex", 120)?;
-        ensure!(pipelock_programs_loaded()? > 0, "top runs, yet no pipelock program is loaded");
+        ensure!(
+            pipelock_programs_loaded()? > 0,
+            "top runs, yet no pipelock program is loaded"
+        );
         // Sort by hold max, so the row at the top has hold times; open it.
         master.write_all(b"h")?;
         std::thread::sleep(std::time::Duration::from_secs(2));
@@ -1670,7 +1724,10 @@ fn top_in_a_pty_shows_hold_times_where_hooks_work() -> Result<Outcome> {
         };
         ensure!(status.success(), "top exited with {status}");
         let left = programs_left_after_exit()?;
-        ensure!(left == 0, "{left} pipelock program(s) still loaded 10 s after quitting");
+        ensure!(
+            left == 0,
+            "{left} pipelock program(s) still loaded 10 s after quitting"
+        );
         Ok(())
     })();
     let _ = child.kill();

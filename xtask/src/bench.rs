@@ -233,10 +233,19 @@ pub fn bench_overhead(
     selection += &format!(" --mode {modes}");
     let out_dir = root.join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
-    let (host_md, host_json) = (out_dir.join("overhead-host.md"), out_dir.join("overhead-host.json"));
+    let (host_md, host_json) = (
+        out_dir.join("overhead-host.md"),
+        out_dir.join("overhead-host.json"),
+    );
     crate::run(
         Command::new(pipelock)
-            .args(["overhead", "--pairs", &pairs.to_string(), "--seconds", &seconds.to_string()])
+            .args([
+                "overhead",
+                "--pairs",
+                &pairs.to_string(),
+                "--seconds",
+                &seconds.to_string(),
+            ])
             .args(selection.split_whitespace())
             .arg("--markdown")
             .arg(&host_md)

@@ -100,7 +100,10 @@ pub fn parse_kernel_list(text: &str) -> Result<Vec<Kernel>> {
 /// `--kernel 6.1` picks debian-6.1, not debian-6.12: a selector matches a
 /// whole name or a whole `-`-separated tail of it (`6.1`, `debian-6.1`).
 pub fn selects(name: &str, selector: &str) -> bool {
-    name == selector || name.strip_suffix(selector).is_some_and(|head| head.ends_with('-'))
+    name == selector
+        || name
+            .strip_suffix(selector)
+            .is_some_and(|head| head.ends_with('-'))
 }
 
 pub fn glob_match(glob: &str, text: &str) -> bool {

@@ -168,7 +168,11 @@ impl App {
         if self.paused {
             return;
         }
-        let Snapshot { interval, total, fill } = sample.snapshot;
+        let Snapshot {
+            interval,
+            total,
+            fill,
+        } = sample.snapshot;
         self.samples += 1;
         self.elapsed_s = sample.elapsed_s;
         let seconds = interval.duration_s.max(1e-9);
@@ -224,11 +228,7 @@ impl App {
                     || r.comms.iter().any(|c| c.to_lowercase().contains(&needle))
             })
             .collect();
-        rows.sort_by(|a, b| {
-            self.sort
-                .compare(a, b)
-                .then(a.lock_addr.cmp(&b.lock_addr))
-        });
+        rows.sort_by(|a, b| self.sort.compare(a, b).then(a.lock_addr.cmp(&b.lock_addr)));
         rows
     }
 
@@ -387,7 +387,13 @@ pub mod tests {
         let locks: Vec<LockRow> = (1..=n)
             .map(|i| {
                 let class = if i % 2 == 0 { "pipe-mutex" } else { "pipe-rd-wait" };
-                row(i, class, &format!("pipe:[{}]", 1000 + i), 10 * i, &[i * 100, i * 1000])
+                row(
+                    i,
+                    class,
+                    &format!("pipe:[{}]", 1000 + i),
+                    10 * i,
+                    &[i * 100, i * 1000],
+                )
             })
             .collect();
         let mut app = App::new("6.12.117".into(), "fentry".into(), Vec::new(), 1.0);
@@ -438,7 +444,11 @@ pub mod tests {
         assert_eq!(app.sort, SortColumn::TotalWait);
         app.on_key(key(KeyCode::Enter));
         assert!(app.detail);
-        assert_eq!(app.on_key(key(KeyCode::Esc)), Action::None, "Esc closes the pane first");
+        assert_eq!(
+            app.on_key(key(KeyCode::Esc)),
+            Action::None,
+            "Esc closes the pane first"
+        );
         assert!(!app.detail);
         // Filter: typed keys go to the filter, not to the commands.
         app.on_key(key(KeyCode::Char('/')));

@@ -109,7 +109,9 @@ pub fn run(options: Options) -> Result<(), Error> {
         let mut dirty = true;
         loop {
             if dirty {
-                terminal.draw(|frame| view::draw(frame, &app)).map_err(terminal_err)?;
+                terminal
+                    .draw(|frame| view::draw(frame, &app))
+                    .map_err(terminal_err)?;
                 dirty = false;
             }
             if event::poll(Duration::from_millis(100)).map_err(terminal_err)? {

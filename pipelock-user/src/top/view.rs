@@ -327,7 +327,13 @@ mod tests {
         buffer
             .content
             .chunks(usize::from(width))
-            .map(|line| line.iter().map(|c| c.symbol()).collect::<String>().trim_end().to_owned())
+            .map(|line| {
+                line.iter()
+                    .map(|c| c.symbol())
+                    .collect::<String>()
+                    .trim_end()
+                    .to_owned()
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -351,7 +357,10 @@ mod tests {
         assert!(text.contains("pipelock's BPF: 500 runs/s, 50 ns/run"), "{text}");
         assert!(text.contains("lock_stats 40/4096"), "{text}");
         assert!(text.contains("dropped: nested 3"), "{text}");
-        assert!(text.contains("processes"), "wide terminal shows every column: {text}");
+        assert!(
+            text.contains("processes"),
+            "wide terminal shows every column: {text}"
+        );
     }
 
     #[test]
@@ -360,7 +369,10 @@ mod tests {
         app.on_key(key(KeyCode::Char('j')));
         app.on_key(key(KeyCode::Enter));
         let text = screen(&app, 160, 40);
-        assert!(text.contains("pipe-mutex pipe:[1004]"), "second row selected: {text}");
+        assert!(
+            text.contains("pipe-mutex pipe:[1004]"),
+            "second row selected: {text}"
+        );
         assert!(text.contains("wait since start (2 samples)"), "{text}");
         assert!(text.contains("hold since start (2 samples)"), "{text}");
         assert!(text.contains("256 -> 511"), "log2 bucket lines: {text}");
