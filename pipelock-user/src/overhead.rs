@@ -173,12 +173,12 @@ fn workload_command(wrapper: &[String], case: &Case, result: &Path) -> Result<Co
 
 /// Who traces a run.
 #[derive(Clone, Debug)]
-enum Tracer {
+enum TracedBy {
     Pipelock { mode: String, empty: bool },
     Perf(PathBuf),
 }
 
-impl Tracer {
+impl TracedBy {
     fn label(&self) -> String {
         match self {
             Self::Pipelock { mode, empty: false } => mode.clone(),
@@ -291,8 +291,8 @@ fn perf_binary() -> Option<PathBuf> {
 
 /// The issue sets the tracepoint target on real hardware (this host) and the
 /// fentry one in the VMs, the only place fentry loads here.
-fn target(tracer: &Tracer, workload: &str, emulated: bool) -> Option<f64> {
-    let Tracer::Pipelock { mode, empty: false } = tracer else {
+fn target(tracer: &TracedBy, workload: &str, emulated: bool) -> Option<f64> {
+    let TracedBy::Pipelock { mode, empty: false } = tracer else {
         return None;
     };
     match (mode.as_str(), workload) {
@@ -349,18 +349,18 @@ pub fn run(options: &Options) -> Result<Results, Error> {
         };
         let mut tracers = Vec::new();
         for mode in &modes {
-            tracers.push(Tracer::Pipelock {
+            tracers.push(TracedBy::Pipelock {
                 mode: mode.clone(),
                 empty: false,
             });
             if mode != "tracepoint" {
-                tracers.push(Tracer::Pipelock {
+                tracers.push(TracedBy::Pipelock {
                     mode: mode.clone(),
                     empty: true,
                 });
             }
         }
-        tracers.extend(perf.clone().map(Tracer::Perf));
+        tracers.extend(perf.clone().map(TracedBy::Perf));
         let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
         let mut collector: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
         for pair in 0..options.pairs {
@@ -373,7 +373,7 @@ pub fn run(options: &Options) -> Result<Results, Error> {
             for (i, tracer) in tracers.iter().enumerate() {
                 let bare = untraced(&case, &[])?;
                 let value = match tracer {
-                    Tracer::Perf(perf) => {
+                    TracedBy::Perf(perf) => {
                         let data = scratch("perf.data");
                         let wrapper = [
                             perf.display().to_string(),
@@ -387,7 +387,7 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                         let _ = std::fs::remove_file(&data);
                         value?
                     }
-                    Tracer::Pipelock { mode, empty } => {
+                    TracedBy::Pipelock { mode, empty } => {
                         let (value, cost) = traced(mode, *empty, false, &case)?;
                         collector[i].extend(cost.collector_share);
                         value
@@ -404,7 +404,7 @@ pub fn run(options: &Options) -> Result<Results, Error> {
             );
             let ratio_median = median(values);
             let cost = match tracer {
-                Tracer::Pipelock { mode, empty } => {
+                TracedBy::Pipelock { mode, empty } => {
                     eprintln!(
                         "pipelock overhead: {} {}: run-time statistics",
                         case.name,
@@ -412,7 +412,7 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                     );
                     Some(traced(mode, *empty, true, &case)?.1)
                 }
-                Tracer::Perf(_) => None,
+                TracedBy::Perf(_) => None,
             };
             let runs = cost
                 .as_ref()
@@ -619,15 +619,15 @@ mod tests {
 
     #[test]
     fn targets_apply_where_the_issue_sets_them() {
-        let tracepoint = Tracer::Pipelock {
+        let tracepoint = TracedBy::Pipelock {
             mode: "tracepoint".to_owned(),
             empty: false,
         };
-        let fentry = Tracer::Pipelock {
+        let fentry = TracedBy::Pipelock {
             mode: "fentry".to_owned(),
             empty: false,
         };
-        let floor = Tracer::Pipelock {
+        let floor = TracedBy::Pipelock {
             mode: "fentry".to_owned(),
             empty: true,
         };
@@ -636,7 +636,7 @@ mod tests {
         assert_eq!(target(&fentry, "pipe-throughput", true), Some(FENTRY_TARGET));
         assert_eq!(target(&floor, "pipe-throughput", true), None);
         assert_eq!(
-            target(&Tracer::Perf(PathBuf::new()), "pipe-throughput", false),
+            target(&TracedBy::Perf(PathBuf::new()), "pipe-throughput", false),
             None
         );
         assert_eq!(floor.label(), "fentry, empty programs");

@@ -253,8 +253,8 @@ pub fn bench_overhead(
             .arg(&host_json),
     )?;
     let mut doc = String::from(
-        "# pipelock's overhead\n\nRegenerate with `cargo xtask bench-overhead --vm` (the host alone: without \
-         `--vm`). Each cell alternates an untraced and a traced run of the same workload (A B A B …); the \
+        "# pipelock's overhead\n\nRegenerate with `cargo xtask bench-overhead --vm` (narrower runs go to \
+         target/bench/). Each cell alternates an untraced and a traced run of the same workload (A B A B …); the \
          ratio is traced/untraced throughput (for pipe-herd, untraced/traced time), so 1.000 means free. \
          Traced runs refresh every second (`--interval 1`, like `pipelock top`). In the hooked modes \
          (fentry, kprobe) the same hooks are also measured with programs that return at once \
@@ -301,10 +301,22 @@ pub fn bench_overhead(
             json[boot.kernel.as_str()] = serde_json::Value::String(table);
         }
     }
-    let docs = root.join("docs");
-    std::fs::create_dir_all(&docs)?;
-    std::fs::write(docs.join("benchmarks.md"), doc)?;
-    std::fs::write(docs.join("benchmarks.json"), serde_json::to_string_pretty(&json)?)?;
-    println!("xtask: wrote docs/benchmarks.md and docs/benchmarks.json");
+    // docs/ keeps only complete runs: a quick partial one must not replace them.
+    let complete = bench.workloads.is_empty()
+        && bench.modes.is_empty()
+        && bench.vm_kernels.as_ref().is_some_and(Vec::is_empty);
+    let dir = if complete { root.join("docs") } else { out_dir };
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("benchmarks.md"), doc)?;
+    std::fs::write(dir.join("benchmarks.json"), serde_json::to_string_pretty(&json)?)?;
+    println!(
+        "xtask: wrote {0}/benchmarks.md and {0}/benchmarks.json{1}",
+        dir.display(),
+        if complete {
+            ""
+        } else {
+            " (a partial run: docs/ keeps the last complete one, from `cargo xtask bench-overhead --vm`)"
+        }
+    );
     Ok(())
 }
