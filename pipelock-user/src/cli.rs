@@ -1,7 +1,33 @@
 //! Command-line interface (clap derive); `main.rs` dispatches on it.
 use std::{path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{
+    Args, Parser, Subcommand,
+    builder::{PossibleValuesParser, TypedValueParser as _},
+};
+
+use crate::{
+    bpf::{AttachMode, Filters},
+    model::{ClassSet, SortKey},
+    units::parse_seconds,
+};
+
+/// `--mode`: an attach mode, or None for `auto` (an alias, because clap
+/// reads a field spelled `Option<…>` as an optional flag).
+pub type RequestedMode = Option<AttachMode>;
+
+/// Parses `--mode`: `auto` or one of the attach modes.
+fn mode_parser() -> impl clap::builder::TypedValueParser<Value = RequestedMode> {
+    PossibleValuesParser::new(["auto", "fentry", "kprobe", "tracepoint"]).map(|s| s.parse().ok())
+}
+
+fn attach_mode_parser() -> impl clap::builder::TypedValueParser<Value = AttachMode> {
+    PossibleValuesParser::new(AttachMode::ALL.map(AttachMode::name)).try_map(|s| s.parse::<AttachMode>())
+}
+
+fn sort_parser() -> impl clap::builder::TypedValueParser<Value = SortKey> {
+    PossibleValuesParser::new(SortKey::NAMES).try_map(|s| s.parse::<SortKey>())
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -48,26 +74,31 @@ pub enum Command {
 /// What `trace` and `top` attach, and to whom (shared by both).
 #[derive(Debug, Args)]
 pub struct TracingArgs {
-    #[arg(long, value_enum, default_value_t = crate::trace::ModeArg::Auto)]
-    pub mode: crate::trace::ModeArg,
+    /// fentry/fexit (every acquisition, wait and hold), kprobe (the same
+    /// where fentry is refused), tracepoint (wait of contended acquisitions
+    /// only), or auto: the best that attaches here.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = mode_parser())]
+    pub mode: RequestedMode,
     /// Only this process (its tasks' contention; filtered in the kernel).
     #[arg(short, long, value_name = "PID")]
     pub pid: Option<u32>,
     /// Only tasks with this command name (comm, as `ps -o comm` shows it; filtered in the kernel).
     #[arg(short, long, value_name = "COMM")]
     pub comm: Option<String>,
-    /// Lock classes to record (default: pipe-mutex,pipe-wait,other; lockref is
-    /// opt-in, its hooks cost every spin_lock() in the system).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub class: Vec<crate::trace::ClassArg>,
+    /// Lock classes to record, comma-separated: pipe-mutex, pipe-wait
+    /// (= pipe-rd-wait,pipe-wr-wait), other (= other-in-pipe-call), lockref,
+    /// all. Default: pipe-mutex,pipe-wait,other; lockref is opt-in, its hooks
+    /// cost every spin_lock() in the system.
+    #[arg(long, value_name = "CLASSES", value_parser = |s: &str| s.parse::<ClassSet>())]
+    pub class: Vec<ClassSet>,
 }
 
 impl TracingArgs {
-    pub fn filters(&self) -> crate::trace::Filters {
-        crate::trace::Filters {
+    pub fn filters(&self) -> Filters {
+        Filters {
             tgid: self.pid,
             comm: self.comm.clone(),
-            classes: self.class.clone(),
+            classes: self.class.iter().fold(ClassSet::EMPTY, |all, c| all.union(*c)),
         }
     }
 }
@@ -83,8 +114,8 @@ pub struct TraceArgs {
     #[arg(short = 'n', long, value_name = "N", default_value_t = 20)]
     pub top: usize,
     /// Order of the rows, largest first.
-    #[arg(long, value_enum, value_name = "KEY", default_value_t = crate::lockstats::SortKey::WaitTotal)]
-    pub sort: crate::lockstats::SortKey,
+    #[arg(long, value_name = "KEY", default_value = "wait-total", value_parser = sort_parser())]
+    pub sort: SortKey,
     /// Print a report every SECS (cumulative; per interval with --reset).
     /// With --csv, every interval appends its rows with a `timestamp` column.
     #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
@@ -162,8 +193,8 @@ pub struct OverheadArgs {
     #[arg(long = "workload", value_enum, value_delimiter = ',')]
     pub workloads: Vec<TopWorkload>,
     /// Attach modes to measure; ones this kernel refuses are skipped with the reason.
-    #[arg(long = "mode", value_enum, value_delimiter = ',', default_values_t = [crate::trace::ModeArg::Fentry, crate::trace::ModeArg::Kprobe, crate::trace::ModeArg::Tracepoint])]
-    pub modes: Vec<crate::trace::ModeArg>,
+    #[arg(long = "mode", value_name = "MODES", value_delimiter = ',', default_value = "fentry,kprobe,tracepoint", value_parser = attach_mode_parser())]
+    pub modes: Vec<AttachMode>,
     /// Tokens the pipe herd passes per run.
     #[arg(long, value_name = "N", default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub herd_limit: u64,
@@ -189,6 +220,8 @@ pub enum WorkloadCommand {
         args: crate::workload::throughput::Args,
         #[command(flatten)]
         common: crate::workload::CommonArgs,
+        #[command(flatten)]
+        trace: RunTraceArgs,
     },
     /// The 2^K-process pipe herd of Linux commit 0ddad21d3e99; wall time.
     PipeHerd {
@@ -196,6 +229,8 @@ pub enum WorkloadCommand {
         args: crate::workload::herd::Args,
         #[command(flatten)]
         common: crate::workload::CommonArgs,
+        #[command(flatten)]
+        trace: RunTraceArgs,
     },
     /// pipebench: stream 128 KiB chunks through a pipe and a buffering middle process.
     PipeStream {
@@ -203,6 +238,8 @@ pub enum WorkloadCommand {
         args: crate::workload::stream::Args,
         #[command(flatten)]
         common: crate::workload::CommonArgs,
+        #[command(flatten)]
+        trace: RunTraceArgs,
     },
     /// A stat() storm on one path: dentry lockref contention (`./t`, stat2).
     LockrefStat {
@@ -210,7 +247,21 @@ pub enum WorkloadCommand {
         args: crate::workload::lockref::Args,
         #[command(flatten)]
         common: crate::workload::CommonArgs,
+        #[command(flatten)]
+        trace: RunTraceArgs,
     },
+}
+
+/// `pipelock run … --trace`: the workload's lock report after its figures.
+#[derive(Debug, Clone, Args)]
+pub struct RunTraceArgs {
+    /// Trace pipe locks while the workload runs (see `pipelock trace`) and
+    /// report them after the workload's figures.
+    #[arg(long)]
+    pub trace: bool,
+    /// Attach mode for --trace (as `pipelock trace --mode`).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = mode_parser(), requires = "trace")]
+    pub trace_mode: RequestedMode,
 }
 
 #[derive(Debug, Args)]
@@ -236,17 +287,6 @@ pub struct ProbeArgs {
     pub kernel_facts: Option<PathBuf>,
 }
 
-/// A positive, finite number of seconds (fractions allowed).
-pub fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
-        return Err(format!("`{text}`: seconds must be greater than 0"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,24 +297,96 @@ mod tests {
         Cli::command().debug_assert();
     }
 
-    /// Every option of every subcommand parses into its field: clap checks
-    /// option types only when a value is read, so this catches mismatches.
+    fn parse(line: &str) -> Cli {
+        let args = std::iter::once("pipelock").chain(line.split_whitespace());
+        Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{line}: {e}"))
+    }
+
+    /// Every option of every subcommand parses into its field (clap checks
+    /// a value's type only when it is read, so each one is read here).
     #[test]
-    fn every_option_parses() {
+    fn every_option_parses_into_its_value() {
+        let Command::Trace(trace) = parse(
+            "trace --mode tracepoint --duration 2 -p 1 -c cat --class pipe-mutex,pipe-wait --class other -n 5 \
+             --sort hold-max --interval 0.5 --reset --hist --bpf-stats --csv a.csv --json a.json -- sleep 1",
+        )
+        .command
+        else {
+            panic!("not trace");
+        };
+        assert_eq!(trace.tracing.mode, Some(AttachMode::Tracepoint));
+        let filters = trace.tracing.filters();
+        assert_eq!((filters.tgid, filters.comm.as_deref()), (Some(1), Some("cat")));
+        assert_eq!(
+            filters.classes,
+            ClassSet::DEFAULT,
+            "pipe-mutex + pipe-wait + other"
+        );
+        assert_eq!((trace.top, trace.sort), (5, SortKey::HoldMax));
+        assert_eq!(trace.duration, Some(Duration::from_secs(2)));
+        assert_eq!(trace.interval, Some(Duration::from_millis(500)));
+        assert!(trace.reset && trace.hist && trace.bpf_stats);
+        assert_eq!(trace.command, ["sleep", "1"]);
+        let Command::Trace(auto) = parse("trace").command else {
+            panic!("not trace");
+        };
+        assert_eq!((auto.tracing.mode, auto.sort), (None, SortKey::WaitTotal));
+        assert!(
+            auto.tracing.filters().classes.is_empty(),
+            "no --class: the default set"
+        );
+
+        let Command::Top(top) =
+            parse("top --mode kprobe --interval 0.5 --class lockref --workload pipe-herd").command
+        else {
+            panic!("not top");
+        };
+        assert_eq!(top.tracing.mode, Some(AttachMode::Kprobe));
+        assert_eq!(top.workload, Some(TopWorkload::PipeHerd));
+        assert_eq!(
+            top.tracing.filters().classes,
+            ClassSet::of(&[crate::model::LockClass::Lockref])
+        );
+
+        let Command::Overhead(overhead) = parse(
+            "overhead --pairs 2 --seconds 0.5 --workload pipe-herd,lockref-stat --mode tracepoint,fentry \
+             --markdown a.md --json a.json",
+        )
+        .command
+        else {
+            panic!("not overhead");
+        };
+        assert_eq!(overhead.modes, [AttachMode::Tracepoint, AttachMode::Fentry]);
+        assert_eq!(
+            overhead.workloads,
+            [TopWorkload::PipeHerd, TopWorkload::LockrefStat]
+        );
+        let Command::Overhead(default) = parse("overhead").command else {
+            panic!("not overhead");
+        };
+        assert_eq!(default.modes, AttachMode::ALL);
+
+        let Command::Run(run) = parse(
+            "run pipe-throughput --duration 1 --passes 3 --copies 2 --runs 2 --cpus 0-1,3 --json a --csv b \
+             -q --no-counters --trace --trace-mode tracepoint",
+        )
+        .command
+        else {
+            panic!("not run");
+        };
+        let WorkloadCommand::PipeThroughput { common, trace, .. } = run.workload else {
+            panic!("not pipe-throughput");
+        };
+        assert_eq!((common.runs, common.quiet, common.no_counters), (2, true, true));
+        assert_eq!(common.cpus.map(|c| c.0), Some(vec![0, 1, 3]));
+        assert!(trace.trace);
+        assert_eq!(trace.trace_mode, Some(AttachMode::Tracepoint));
+
         for line in [
             "probe --self-test --duration 0.5 --ebpf-log",
             "probe --save-facts /tmp/x",
             "probe --kernel-facts /tmp/x",
-            "trace --mode tracepoint --duration 2 -p 1 -c cat --class pipe-mutex,pipe-wait,other -n 5 \
-             --csv a.csv --json a.json -- sleep 1",
-            "trace --mode fentry",
-            "top --mode tracepoint --interval 0.5 -p 1 -c x --class pipe-mutex --workload pipe-herd",
             "top -- sleep 1",
-            "overhead --pairs 2 --seconds 0.5 --workload pipe-herd,lockref-stat --mode tracepoint --markdown a.md \
-             --json a.json",
-            "trace --interval 0.5 --reset --sort hold-max --hist --bpf-stats --csv a.csv --class lockref",
-            "run pipe-throughput --duration 1 --passes 3 --copies 2 --runs 2 --cpus 0-1,3 --json a --csv b \
-             -q --no-counters --trace --trace-mode tracepoint",
             "run pipe-herd -k 3 --limit 10 --cpus 0",
             "run pipe-stream --bytes 1G --bufsize 4096 --source /etc/hostname --sink pipe",
             "run pipe-stream --duration 2",
@@ -282,19 +394,23 @@ mod tests {
             "run lockref-stat --procs 2 --mode separate --op open-close",
             "compare a.json b.json",
         ] {
-            let args = std::iter::once("pipelock").chain(line.split_whitespace());
-            let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{line}: {e}"));
-            // Touch the parsed value so a type mismatch would have panicked above.
-            assert!(!format!("{cli:?}").is_empty());
+            parse(line);
         }
     }
 
     #[test]
-    fn seconds_must_be_positive() {
-        assert_eq!(parse_seconds("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_seconds("0").is_err());
-        assert!(parse_seconds("-3").is_err());
-        assert!(parse_seconds("nan").is_err());
-        assert!(parse_seconds("soon").is_err());
+    fn bad_values_are_refused_by_name() {
+        for (line, says) in [
+            ("trace --mode fast", "fast"),
+            ("trace --class mutexes", "mutexes"),
+            ("trace --sort speed", "speed"),
+            ("overhead --mode auto", "auto"),
+            ("run pipe-herd --trace-mode fentry", "--trace"),
+            ("trace --duration 0", "greater than 0"),
+        ] {
+            let args = std::iter::once("pipelock").chain(line.split_whitespace());
+            let err = Cli::try_parse_from(args).expect_err(line).to_string();
+            assert!(err.contains(says), "{line}: {err}");
+        }
     }
 }

@@ -1,27 +1,34 @@
-//! pipelock's userspace: kernel inspection, loading and attaching the embedded
-//! eBPF programs, and the reports built from what they collect.
+//! pipelock's userspace. The data path reads top to bottom:
 //!
-//! Data flows in one direction: [`inspector`] (what the kernel offers) →
-//! [`attach`] (which mode each lock class gets) → [`ebpf`] (load, attach, read
-//! maps) → the reports in [`probe`] and [`selftest`]. The built-in load
-//! generators live in [`workload`], their statistics in [`stats`].
+//! ```text
+//!   kernel/   what the running kernel offers: kallsyms, BTF, tracefs, program types
+//!     ↓
+//!   bpf/      the embedded programs, THE hook table, the mode decision,
+//!             attaching, reading the maps back
+//!     ↓
+//!   collect/  a tracing session: attach → ticks that drain the maps → snapshots
+//!     ↓
+//!   model/    per-lock rows, timings, percentiles, names, totals (plain values)
+//!     ↓
+//!   render/ · tui/   text tables, CSV, histograms · the live `top` screen
+//! ```
+//!
+//! [`cmd`] has one module per subcommand wiring those layers; [`workload`]
+//! holds the built-in load generators, which know nothing of tracing.
+//! Dependencies only point down this list: `model` uses pipelock-common alone.
 
-pub mod attach;
+pub mod bpf;
 pub mod cli;
-pub mod compare;
-pub mod ebpf;
+pub mod cmd;
+pub mod collect;
 pub mod error;
-pub mod inspector;
 pub mod interrupt;
-pub mod lockstats;
-pub mod overhead;
-pub mod privilege;
-pub mod probe;
-pub mod progstats;
-pub mod selftest;
-pub mod stats;
-pub mod top;
-pub mod trace;
+pub mod kernel;
+pub mod model;
+pub mod output;
+pub mod render;
+pub mod tui;
+pub mod units;
 pub mod workload;
 
 pub use error::Error;

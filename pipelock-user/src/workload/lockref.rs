@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub procs: Option<u32>,
     /// Seconds to run.
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::cli::parse_seconds, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::units::parse_seconds, allow_negative_numbers = true)]
     pub duration: Duration,
     /// The shared path (default: a file created for the run).
     #[arg(long, value_name = "PATH")]

@@ -9,6 +9,7 @@
 pub mod herd;
 pub mod lockref;
 pub mod report;
+pub mod stats;
 pub mod stream;
 pub mod sys;
 pub mod throughput;
@@ -104,13 +105,6 @@ pub struct CommonArgs {
     /// switch. nvcsw/nivcsw (getrusage) are still reported.
     #[arg(long)]
     pub no_counters: bool,
-    /// Trace pipe locks while the workload runs (see `pipelock trace`) and
-    /// report them after the workload's figures.
-    #[arg(long)]
-    pub trace: bool,
-    /// Attach mode for --trace (as `pipelock trace --mode`).
-    #[arg(long, value_enum, default_value_t = crate::trace::ModeArg::Auto, requires = "trace")]
-    pub trace_mode: crate::trace::ModeArg,
     /// No progress bar (it is also off when stdout is not a terminal).
     #[arg(long, short)]
     pub quiet: bool,
@@ -151,7 +145,7 @@ fn progress_bar(workload: &dyn Workload, runs: u32, quiet: bool) -> ProgressBar 
 /// Runs the workload `--runs` times and builds the report. On Ctrl-C the
 /// current run is killed and the report holds the runs that finished.
 pub fn run(workload: &dyn Workload, common: &CommonArgs) -> Result<Report, Error> {
-    let outputs = report::Outputs::prepare(common.json.as_deref(), common.csv.as_deref())?;
+    let outputs = crate::output::Outputs::prepare(common.json.as_deref(), common.csv.as_deref())?;
     // The bar is drawn on stderr, and only when a person is watching stdout.
     let quiet = common.quiet
         || !std::io::IsTerminal::is_terminal(&std::io::stdout())
@@ -179,7 +173,10 @@ pub fn run(workload: &dyn Workload, common: &CommonArgs) -> Result<Report, Error
     }
     bar.finish_and_clear();
     report.finish();
-    outputs.write(&report)?;
+    outputs.write_with(|format| match format {
+        crate::output::Format::Json => serde_json::to_vec_pretty(&report).map_err(std::io::Error::other),
+        crate::output::Format::Csv => report::to_csv(&report).map_err(std::io::Error::other),
+    })?;
     Ok(report)
 }
 

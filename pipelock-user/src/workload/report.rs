@@ -1,16 +1,13 @@
 //! The result of `pipelock run`: a self-describing record (workload, exact
 //! parameters, kernel, CPUs, every run with its counters) printed as text and
 //! written as JSON or CSV. `pipelock compare` reads the JSON back.
-use std::{
-    fs,
-    io::Write as _,
-    path::{Path, PathBuf},
-};
+use std::{fs, path::Path};
 
 use serde::{Deserialize, Serialize};
 
+use super::stats::Summary;
 use super::{CommonArgs, Workload, sys::Counters};
-use crate::{Error, stats::Summary};
+use crate::Error;
 
 /// The headline figure of a workload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,70 +237,6 @@ pub fn to_csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
         })?;
     }
     writer.into_inner().map_err(|e| csv::Error::from(e.into_error()))
-}
-
-/// Result files, checked writable before any run and replaced atomically
-/// after: a killed run never leaves a half-written file.
-pub struct Outputs {
-    files: Vec<(PathBuf, PathBuf, Format)>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    Json,
-    Csv,
-}
-
-impl Outputs {
-    pub fn prepare(json: Option<&Path>, csv: Option<&Path>) -> Result<Self, Error> {
-        let mut files = Vec::new();
-        for (path, format) in [(json, Format::Json), (csv, Format::Csv)] {
-            let Some(path) = path else { continue };
-            let mut staging = path.as_os_str().to_owned();
-            staging.push(format!(".partial-{}", std::process::id()));
-            let staging = PathBuf::from(staging);
-            fs::File::create(&staging).map_err(|source| Error::Output {
-                path: path.to_owned(),
-                source,
-            })?;
-            files.push((path.to_owned(), staging, format));
-        }
-        Ok(Self { files })
-    }
-
-    pub fn write(self, report: &Report) -> Result<(), Error> {
-        self.write_with(|format| match format {
-            Format::Json => serde_json::to_vec_pretty(report).map_err(std::io::Error::other),
-            Format::Csv => to_csv(report).map_err(std::io::Error::other),
-        })
-    }
-
-    /// Writes each file with the bytes `render` makes for its format.
-    pub fn write_with(mut self, render: impl Fn(Format) -> std::io::Result<Vec<u8>>) -> Result<(), Error> {
-        for (path, staging, format) in std::mem::take(&mut self.files) {
-            let bytes = render(format);
-            let result = bytes.and_then(|bytes| {
-                let mut file = fs::File::create(&staging)?;
-                file.write_all(&bytes)?;
-                file.sync_all()?;
-                fs::rename(&staging, &path)
-            });
-            if let Err(source) = result {
-                let _ = fs::remove_file(&staging);
-                return Err(Error::Output { path, source });
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Outputs {
-    fn drop(&mut self) {
-        // Reached on errors before `write`: leave no staging files behind.
-        for (_, staging, _) in &self.files {
-            let _ = fs::remove_file(staging);
-        }
-    }
 }
 
 pub fn load(path: &Path) -> Result<Report, Error> {

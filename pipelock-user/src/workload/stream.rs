@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes, conflicts_with = "duration")]
     pub bytes: Option<u64>,
     /// Stream for this long (the default, 10 s, when --bytes is not given).
-    #[arg(long, value_name = "SECS", value_parser = crate::cli::parse_seconds, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", value_parser = crate::units::parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<Duration>,
     /// The middle process's buffer (pipebench -b).
     #[arg(long, default_value_t = 819_200, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]

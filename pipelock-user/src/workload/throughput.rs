@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     Error,
-    stats::{PIPE_THROUGHPUT_BASELINE_LPS, unixbench_index, unixbench_score},
+    workload::stats::{PIPE_THROUGHPUT_BASELINE_LPS, unixbench_index, unixbench_score},
 };
 
 /// UnixBench's pipe.c moves 512 bytes each way per iteration.
@@ -24,7 +24,7 @@ const MESSAGE: usize = 512;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Seconds per pass (UnixBench: 10).
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::cli::parse_seconds, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::units::parse_seconds, allow_negative_numbers = true)]
     pub duration: Duration,
     /// Passes per run; the lowest third is dropped, the rest geometric-meaned.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]

@@ -5,11 +5,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use crate::{
-    lockstats::{LockRow, Timing, TraceReport},
-    progstats::ProgramStats,
-    trace::{MapFill, Snapshot},
-};
+use crate::model::{LockRow, MapFill, ProgramStats, Snapshot, Timing, TraceReport, class_label};
 
 /// Intervals of history kept per lock (the detail pane's sparkline).
 pub const HISTORY: usize = 120;
@@ -300,7 +296,7 @@ fn join_rows(interval: &TraceReport, total: &TraceReport, seconds: f64) -> Vec<T
             let i = now.get(&t.lock_addr);
             TopRow {
                 lock_addr: t.lock_addr,
-                class: t.class,
+                class: class_label(t.class),
                 name: t.name.clone(),
                 comms: t.comms.clone(),
                 acquisitions_per_s: t
@@ -326,7 +322,7 @@ pub mod tests {
     use pipelock_common::Histogram;
 
     use super::*;
-    use crate::lockstats::PERCENTILE_RESOLUTION;
+    use crate::model::{LockClass, PERCENTILE_RESOLUTION};
 
     pub fn key(code: KeyCode) -> KeyEvent {
         KeyEvent {
@@ -343,9 +339,9 @@ pub mod tests {
         Timing::from_hist(&h)
     }
 
-    fn row(addr: u64, class: &'static str, name: &str, contentions: u64, wait: &[u64]) -> LockRow {
+    fn row(addr: u64, class: LockClass, name: &str, contentions: u64, wait: &[u64]) -> LockRow {
         LockRow {
-            class,
+            class: Some(class),
             lock_addr: addr,
             pipe_ino: None,
             name: name.into(),
@@ -369,7 +365,7 @@ pub mod tests {
             totals: TraceReport::totals(&locks),
             locks,
             drops: BTreeMap::from([("nested".to_owned(), 3)]),
-            percentile_resolution: PERCENTILE_RESOLUTION,
+            percentile_resolution: PERCENTILE_RESOLUTION.to_owned(),
             notes: Vec::new(),
             programs: vec![ProgramStats {
                 name: "mutex_lock_entry".into(),
@@ -386,7 +382,11 @@ pub mod tests {
     pub fn app_with(n: u64) -> App {
         let locks: Vec<LockRow> = (1..=n)
             .map(|i| {
-                let class = if i % 2 == 0 { "pipe-mutex" } else { "pipe-rd-wait" };
+                let class = if i % 2 == 0 {
+                    LockClass::PipeMutex
+                } else {
+                    LockClass::PipeRdWait
+                };
                 row(
                     i,
                     class,
@@ -402,7 +402,7 @@ pub mod tests {
                 interval: report(locks.clone(), 2.0),
                 total: report(locks, 10.0),
                 fill: vec![MapFill {
-                    name: "LOCK_STATS",
+                    name: "LOCK_STATS".into(),
                     used: Some(n as usize),
                     capacity: 4096,
                     memlock_bytes: None,

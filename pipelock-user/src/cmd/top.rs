@@ -5,8 +5,6 @@
 //! here feeds them and the keys to the [`App`] and redraws with
 //! [`view::draw`]. Dropping the tracer (when the collector ends) detaches
 //! every program; the terminal guard restores the terminal, also on panic.
-pub mod app;
-pub mod view;
 
 use std::{
     io::{self, IsTerminal as _},
@@ -16,17 +14,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crossterm::{
-    event::{self, Event, KeyEventKind},
-    execute,
-    terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode},
-};
+use crossterm::event::{self, Event, KeyEventKind};
 use ratatui::{Terminal, backend::CrosstermBackend};
 
-use self::app::{Action, App, Sample};
 use crate::{
     Error,
-    trace::{Filters, IntervalCollector, ModeArg, Tracer},
+    bpf::{AttachMode, Filters},
+    collect::{IntervalCollector, Tracer},
+    tui::{
+        app::{Action, App, Sample},
+        terminal::{TerminalGuard, terminal_err},
+        view,
+    },
 };
 
 /// What `pipelock top` watches, besides whatever the machine runs.
@@ -39,7 +38,8 @@ pub enum Load {
 }
 
 pub struct Options {
-    pub mode: ModeArg,
+    /// None: `auto`.
+    pub mode: Option<AttachMode>,
     pub interval: Duration,
     pub filters: Filters,
     pub load: Load,
@@ -150,41 +150,6 @@ pub fn run(options: Options) -> Result<(), Error> {
         .join()
         .unwrap_or_else(|_| Err(Error::Usage("the collector thread panicked".to_owned())));
     result.and(collected)
-}
-
-fn terminal_err(source: io::Error) -> Error {
-    Error::Io {
-        what: "drawing the terminal",
-        source,
-    }
-}
-
-/// Raw mode and the alternate screen while alive; restored on drop and by
-/// a panic hook, so a crash never leaves the user's terminal unusable.
-struct TerminalGuard;
-
-impl TerminalGuard {
-    fn enter() -> Result<Self, Error> {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            restore_terminal();
-            previous(info);
-        }));
-        enable_raw_mode().map_err(terminal_err)?;
-        execute!(io::stdout(), EnterAlternateScreen).map_err(terminal_err)?;
-        Ok(Self)
-    }
-}
-
-impl Drop for TerminalGuard {
-    fn drop(&mut self) {
-        restore_terminal();
-    }
-}
-
-fn restore_terminal() {
-    let _ = disable_raw_mode();
-    let _ = execute!(io::stdout(), LeaveAlternateScreen);
 }
 
 /// The load `pipelock top` started; its output would tear the screen, so

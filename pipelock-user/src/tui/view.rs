@@ -9,7 +9,10 @@ use ratatui::{
 };
 
 use super::app::{App, Input, TopRow};
-use crate::lockstats::{Timing, human_ns, render_histogram_width};
+use crate::{
+    model::Timing,
+    render::{human_ns, render_histogram_width},
+};
 
 pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
@@ -318,7 +321,7 @@ mod tests {
     use ratatui::{Terminal, backend::TestBackend};
 
     use super::*;
-    use crate::top::app::tests::{app_with, key};
+    use crate::tui::app::tests::{app_with, key};
 
     fn screen(app: &App, width: u16, height: u16) -> String {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();

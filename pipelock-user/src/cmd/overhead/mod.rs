@@ -11,14 +11,22 @@
 //! reads to every program run); one more traced run per cell, with them on,
 //! gives every program's run count and run time.
 use std::{
-    fmt::Write as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
+mod markdown;
+
 use serde::Serialize;
 
-use crate::{Error, progstats::ProgramStats};
+pub use self::markdown::to_markdown;
+use crate::{
+    Error,
+    bpf::AttachMode,
+    cli::OverheadArgs,
+    model::{ProgramStats, TraceReport},
+    output::Outputs,
+};
 
 /// Targets of the overhead issue; a row that misses one says so.
 pub const TRACEPOINT_TARGET: f64 = 0.97;
@@ -30,7 +38,7 @@ pub struct Options {
     pub pairs: usize,
     pub seconds: f64,
     pub workloads: Vec<String>,
-    pub modes: Vec<String>,
+    pub modes: Vec<AttachMode>,
     /// Tokens the herd passes per run (smaller under emulation).
     pub herd_limit: u64,
 }
@@ -141,20 +149,12 @@ fn run_quietly(command: &mut Command) -> Result<(), Error> {
 /// The workload's figure and the CPU time its processes used (`getrusage`
 /// of the workers: the tracer's own loading is not in it).
 fn workload_result(result: &Path) -> Result<(f64, f64), Error> {
-    let text = std::fs::read_to_string(result).map_err(|source| Error::Io {
-        what: "reading a workload result",
-        source,
-    })?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::Usage(format!("bad workload result: {e}")))?;
-    let run = &json["runs"][0];
-    let value = run["value"]
-        .as_f64()
-        .ok_or_else(|| Error::Usage("no value in the workload result".to_owned()))?;
-    Ok((
-        value,
-        run["counters"]["task_clock_ms"].as_f64().unwrap_or(0.0) / 1e3,
-    ))
+    let report = crate::workload::report::load(result)?;
+    let run = report
+        .runs
+        .first()
+        .ok_or_else(|| Error::Usage(format!("{}: the workload finished no run", result.display())))?;
+    Ok((run.value, run.counters.task_clock_ms / 1e3))
 }
 
 /// `pipelock run CASE --no-counters -q --json F`, optionally wrapped.
@@ -174,14 +174,14 @@ fn workload_command(wrapper: &[String], case: &Case, result: &Path) -> Result<Co
 /// Who traces a run.
 #[derive(Clone, Debug)]
 enum TracedBy {
-    Pipelock { mode: String, empty: bool },
+    Pipelock { mode: AttachMode, empty: bool },
     Perf(PathBuf),
 }
 
 impl TracedBy {
     fn label(&self) -> String {
         match self {
-            Self::Pipelock { mode, empty: false } => mode.clone(),
+            Self::Pipelock { mode, empty: false } => mode.to_string(),
             Self::Pipelock { mode, empty: true } => format!("{mode}, empty programs"),
             Self::Perf(_) => "perf lock record".to_owned(),
         }
@@ -198,50 +198,54 @@ struct Cost {
 
 /// One run under `pipelock trace`; `bpf_stats` turns the kernel's run-time
 /// statistics on (for the cost table, not for a ratio).
-fn traced(mode: &str, empty: bool, bpf_stats: bool, case: &Case) -> Result<(f64, Cost), Error> {
-    let (result, report) = (scratch("result.json"), scratch("trace.json"));
+fn traced(mode: AttachMode, empty: bool, bpf_stats: bool, case: &Case) -> Result<(f64, Cost), Error> {
+    let (result, report_path) = (scratch("result.json"), scratch("trace.json"));
     let mut wrapper: Vec<String> = [
         exe()?.display().to_string(),
         "trace".into(),
         "--mode".into(),
-        mode.into(),
+        mode.to_string(),
         "--interval".into(),
         "1".into(),
         "--class".into(),
         case.classes.into(),
         "--json".into(),
-        report.display().to_string(),
+        report_path.display().to_string(),
     ]
     .into();
     wrapper.extend(bpf_stats.then(|| "--bpf-stats".to_owned()));
     wrapper.extend(empty.then(|| "--empty-programs".to_owned()));
     wrapper.push("--".into());
     run_quietly(&mut workload_command(&wrapper, case, &result)?)?;
-    let (value, cpu_s) = workload_result(&result)?;
-    let text = std::fs::read_to_string(&report).map_err(|source| Error::Io {
-        what: "reading the trace report",
-        source,
-    })?;
-    let _ = (std::fs::remove_file(&result), std::fs::remove_file(&report));
-    let report: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::Usage(format!("bad trace report: {e}")))?;
-    let programs: Vec<ProgramStats> = serde_json::from_value(report["programs"].clone()).unwrap_or_default();
-    let map_memory = report["maps"]
-        .as_array()
-        .map(|maps| maps.iter().filter_map(|m| m["memlock_bytes"].as_u64()).sum());
-    let collector_share = match (report["tracer_cpu_s"].as_f64(), report["duration_s"].as_f64()) {
-        (Some(cpu), Some(wall)) if wall > 0.0 => Some(cpu / wall),
-        _ => None,
-    };
+    let measured = workload_result(&result);
+    let report = read_trace_report(&report_path);
+    let _ = (std::fs::remove_file(&result), std::fs::remove_file(&report_path));
+    let ((value, cpu_s), report) = (measured?, report?);
+    let collector_share = report
+        .tracer_cpu_s
+        .filter(|_| report.duration_s > 0.0)
+        .map(|cpu| cpu / report.duration_s);
     Ok((
         value,
         Cost {
-            programs,
+            map_memory: Some(report.maps.iter().filter_map(|m| m.memlock_bytes).sum()),
+            programs: report.programs,
             cpu_s,
-            map_memory,
             collector_share,
         },
     ))
+}
+
+/// A `trace --json` report, as the typed model it was written from.
+fn read_trace_report(path: &Path) -> Result<TraceReport, Error> {
+    let text = std::fs::read_to_string(path).map_err(Error::read(path))?;
+    serde_json::from_str(&text).map_err(|e| Error::Read {
+        path: path.to_owned(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not a trace report: {e}"),
+        ),
+    })
 }
 
 fn untraced(case: &Case, wrapper: &[String]) -> Result<f64, Error> {
@@ -265,9 +269,9 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 /// Whether `mode` attaches here: a tenth of a second of tracing.
-fn mode_refusal(mode: &str) -> Result<Option<String>, Error> {
+fn mode_refusal(mode: AttachMode) -> Result<Option<String>, Error> {
     let out = Command::new(exe()?)
-        .args(["trace", "--mode", mode, "--duration", "0.1"])
+        .args(["trace", "--mode", mode.name(), "--duration", "0.1"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
@@ -295,9 +299,9 @@ fn target(tracer: &TracedBy, workload: &str, emulated: bool) -> Option<f64> {
     let TracedBy::Pipelock { mode, empty: false } = tracer else {
         return None;
     };
-    match (mode.as_str(), workload) {
-        ("tracepoint", "pipe-throughput" | "pipe-herd") if !emulated => Some(TRACEPOINT_TARGET),
-        ("fentry", "pipe-throughput") => Some(FENTRY_TARGET),
+    match (mode, workload) {
+        (AttachMode::Tracepoint, "pipe-throughput" | "pipe-herd") if !emulated => Some(TRACEPOINT_TARGET),
+        (AttachMode::Fentry, "pipe-throughput") => Some(FENTRY_TARGET),
         _ => None,
     }
 }
@@ -313,8 +317,32 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
+/// `pipelock overhead`: measure, print the markdown, write the files.
+pub fn run_command(args: &OverheadArgs) -> Result<(), Error> {
+    let outputs = Outputs::prepare(args.json.as_deref(), None)?;
+    let results = run(&Options {
+        pairs: usize::from(args.pairs),
+        seconds: args.seconds.as_secs_f64(),
+        workloads: args.workloads.iter().map(|w| w.subcommand().to_owned()).collect(),
+        modes: args.modes.clone(),
+        herd_limit: args.herd_limit,
+    })?;
+    let markdown = to_markdown(&results);
+    print!("{markdown}");
+    if let Some(path) = &args.markdown {
+        let staging = path.with_extension("md.partial");
+        std::fs::write(&staging, &markdown)
+            .and_then(|()| std::fs::rename(&staging, path))
+            .map_err(|source| Error::Output {
+                path: path.clone(),
+                source,
+            })?;
+    }
+    outputs.write_with(|_| serde_json::to_vec_pretty(&results).map_err(std::io::Error::other))
+}
+
 pub fn run(options: &Options) -> Result<Results, Error> {
-    crate::privilege::require()?;
+    crate::kernel::privilege::require()?;
     let cpu = cpu_model();
     // qemu TCG: absolute CPU costs are inflated tens of times.
     let emulated = cpu.contains("QEMU TCG");
@@ -325,9 +353,9 @@ pub fn run(options: &Options) -> Result<Results, Error> {
     })?;
     let mut skipped = Vec::new();
     let mut modes = Vec::new();
-    for mode in &options.modes {
+    for &mode in &options.modes {
         match mode_refusal(mode)? {
-            None => modes.push(mode.clone()),
+            None => modes.push(mode),
             Some(why) => skipped.push(why),
         }
     }
@@ -348,16 +376,10 @@ pub fn run(options: &Options) -> Result<Results, Error> {
             }
         };
         let mut tracers = Vec::new();
-        for mode in &modes {
-            tracers.push(TracedBy::Pipelock {
-                mode: mode.clone(),
-                empty: false,
-            });
-            if mode != "tracepoint" {
-                tracers.push(TracedBy::Pipelock {
-                    mode: mode.clone(),
-                    empty: true,
-                });
+        for &mode in &modes {
+            tracers.push(TracedBy::Pipelock { mode, empty: false });
+            if mode.is_hooked() {
+                tracers.push(TracedBy::Pipelock { mode, empty: true });
             }
         }
         tracers.extend(perf.clone().map(TracedBy::Perf));
@@ -388,7 +410,7 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                         value?
                     }
                     TracedBy::Pipelock { mode, empty } => {
-                        let (value, cost) = traced(mode, *empty, false, &case)?;
+                        let (value, cost) = traced(*mode, *empty, false, &case)?;
                         collector[i].extend(cost.collector_share);
                         value
                     }
@@ -410,7 +432,7 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                         case.name,
                         tracer.label()
                     );
-                    Some(traced(mode, *empty, true, &case)?.1)
+                    Some(traced(*mode, *empty, true, &case)?.1)
                 }
                 TracedBy::Perf(_) => None,
             };
@@ -461,174 +483,22 @@ pub fn run(options: &Options) -> Result<Results, Error> {
     })
 }
 
-fn percent(share: Option<f64>) -> String {
-    share.map_or_else(|| "–".to_owned(), |s| format!("{:.2} %", s * 100.0))
-}
-
-/// The results as markdown: the ratio table, the per-program table, and
-/// every target with its verdict.
-pub fn to_markdown(results: &Results) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Kernel {}, {} × {}, clock source {}, {} alternating pairs per cell.\n",
-        results.kernel, results.cpus, results.cpu, results.clocksource, results.pairs
-    );
-    out.push_str(
-        "| workload | tracer | traced/untraced (median) | min – max | BPF runs | ns per run | BPF time / workload CPU \
-         | map memory | collector CPU (1 s refresh) | target |\n",
-    );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
-    for row in &results.rows {
-        let target = match row.target {
-            Some((goal, true)) => format!("≥ {goal}: met"),
-            Some((goal, false)) => format!("≥ {goal}: **missed**"),
-            None => "–".to_owned(),
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.3} | {:.3} – {:.3} | {} | {} | {} | {} | {} | {target} |",
-            row.workload,
-            row.tracer,
-            row.ratio_median,
-            row.ratio_min,
-            row.ratio_max,
-            row.bpf_runs.map_or_else(|| "–".to_owned(), |r| r.to_string()),
-            row.bpf_ns_per_run
-                .map_or_else(|| "–".to_owned(), |ns| format!("{ns:.0}")),
-            percent(row.bpf_share_of_cpu),
-            row.map_memory_bytes
-                .map_or_else(|| "–".to_owned(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
-            percent(row.collector_cpu_share),
-        );
-    }
-    out.push_str("\nPer program (one more traced run of each cell, with run-time statistics on):\n\n");
-    out.push_str(
-        "| workload | mode | program | runs | ns per run | recursion misses |\n|---|---|---|---|---|---|\n",
-    );
-    for row in &results.rows {
-        for p in row.programs.iter().filter(|p| p.run_count > 0) {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {:.0} | {} |",
-                row.workload,
-                row.tracer,
-                p.name,
-                p.run_count,
-                p.run_time_ns as f64 / p.run_count as f64,
-                p.recursion_misses
-            );
-        }
-    }
-    let checks: Vec<String> = results
-        .rows
-        .iter()
-        .filter_map(|row| {
-            let share = (row.tracer == "fentry").then_some(row.bpf_share_of_cpu).flatten();
-            let mut lines = Vec::new();
-            if let Some(share) = share {
-                lines.push(format!(
-                    "- {} fentry: BPF time {:.2} % of the workload's CPU (target ≤ {:.0} %): {}",
-                    row.workload,
-                    share * 100.0,
-                    BPF_SHARE_TARGET * 100.0,
-                    if share <= BPF_SHARE_TARGET {
-                        "met"
-                    } else {
-                        "**missed**"
-                    }
-                ));
-            }
-            let floor = results.rows.iter().find(|r| {
-                r.workload == row.workload && r.tracer == format!("{}, empty programs", row.tracer)
-            });
-            if let Some(floor) = floor {
-                lines.push(format!(
-                    "- {} {}: empty programs on the same hooks alone give {:.3}; pipelock's programs {:.3}",
-                    row.workload, row.tracer, floor.ratio_median, row.ratio_median
-                ));
-            }
-            if let Some(c) = row.collector_cpu_share {
-                // An emulated CPU runs the collector tens of times slower
-                // than the wall clock it is divided by.
-                let verdict = if results.emulated {
-                    "not judged under emulation (see the host's figure)"
-                } else if c <= COLLECTOR_TARGET {
-                    "met"
-                } else {
-                    "**missed**"
-                };
-                lines.push(format!(
-                    "- {} {}: collector {:.2} % of one CPU (target ≤ {:.0} %): {verdict}",
-                    row.workload,
-                    row.tracer,
-                    c * 100.0,
-                    COLLECTOR_TARGET * 100.0,
-                ));
-            }
-            (!lines.is_empty()).then(|| lines.join("\n"))
-        })
-        .collect();
-    if !checks.is_empty() {
-        let _ = writeln!(out, "\n{}", checks.join("\n"));
-    }
-    for why in &results.skipped {
-        let _ = writeln!(out, "\nNot measured here: {why}");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn row(workload: &str, tracer: &str, ratio: f64, collector: f64) -> Row {
-        Row {
-            workload: workload.to_owned(),
-            tracer: tracer.to_owned(),
-            ratio_median: ratio,
-            ratio_min: ratio,
-            ratio_max: ratio,
-            bpf_runs: Some(10),
-            bpf_ns_per_run: Some(100.0),
-            bpf_share_of_cpu: Some(0.2),
-            map_memory_bytes: Some(1 << 20),
-            collector_cpu_share: Some(collector),
-            programs: Vec::new(),
-            target: None,
-        }
-    }
-
-    fn results(emulated: bool) -> Results {
-        let mut fentry = row("pipe-throughput", "fentry", 0.3, 0.05);
-        fentry.target = Some((FENTRY_TARGET, false));
-        Results {
-            kernel: "6.12".to_owned(),
-            cpu: "QEMU TCG CPU".to_owned(),
-            cpus: 2,
-            clocksource: "tsc".to_owned(),
-            pairs: 5,
-            rows: vec![
-                fentry,
-                row("pipe-throughput", "fentry, empty programs", 0.6, 0.02),
-            ],
-            emulated,
-            skipped: vec!["kprobe: no kprobe PMU".to_owned()],
-        }
-    }
-
     #[test]
     fn targets_apply_where_the_issue_sets_them() {
         let tracepoint = TracedBy::Pipelock {
-            mode: "tracepoint".to_owned(),
+            mode: AttachMode::Tracepoint,
             empty: false,
         };
         let fentry = TracedBy::Pipelock {
-            mode: "fentry".to_owned(),
+            mode: AttachMode::Fentry,
             empty: false,
         };
         let floor = TracedBy::Pipelock {
-            mode: "fentry".to_owned(),
+            mode: AttachMode::Fentry,
             empty: true,
         };
         assert_eq!(target(&tracepoint, "pipe-herd", false), Some(TRACEPOINT_TARGET));
@@ -640,29 +510,6 @@ mod tests {
             None
         );
         assert_eq!(floor.label(), "fentry, empty programs");
-    }
-
-    #[test]
-    fn markdown_states_each_target_the_floor_and_what_was_not_measured() {
-        let md = to_markdown(&results(false));
-        assert!(md.contains("| pipe-throughput | fentry | 0.300 |"), "{md}");
-        assert!(md.contains("≥ 0.85: **missed**"), "{md}");
-        assert!(
-            md.contains("BPF time 20.00 % of the workload's CPU (target ≤ 10 %): **missed**"),
-            "{md}"
-        );
-        assert!(
-            md.contains("empty programs on the same hooks alone give 0.600; pipelock's programs 0.300"),
-            "{md}"
-        );
-        assert!(
-            md.contains("collector 5.00 % of one CPU (target ≤ 1 %): **missed**"),
-            "{md}"
-        );
-        assert!(md.contains("Not measured here: kprobe: no kprobe PMU"), "{md}");
-        let emulated = to_markdown(&results(true));
-        assert!(emulated.contains("not judged under emulation"), "{emulated}");
-        assert!(!emulated.contains("1 %): **missed**"), "{emulated}");
     }
 
     #[test]

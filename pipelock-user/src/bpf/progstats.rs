@@ -12,16 +12,8 @@ use std::{
 
 use aya::Ebpf;
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
-use serde::{Deserialize, Serialize};
 
-/// One loaded program's kernel-side counters.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProgramStats {
-    pub name: String,
-    pub run_count: u64,
-    pub run_time_ns: u64,
-    pub recursion_misses: u64,
-}
+use crate::model::ProgramStats;
 
 /// Run-time statistics stay on while this is held, and only for it: the
 /// global `kernel.bpf_stats_enabled` sysctl is left alone.

@@ -1,14 +1,15 @@
 //! Every fact pipelock reads about the running kernel goes through
 //! [`KernelInspector`]. Its paths hang off one root directory: `/` on a live
 //! system, a fixture tree captured from a real kernel in tests. Nothing here
-//! loads programs or changes the system (see [`crate::ebpf`] for that).
+//! loads programs or changes the system (see [`crate::bpf`] for that).
 use std::{
     collections::HashSet,
     fs,
     path::{Path, PathBuf},
 };
 
-use crate::{Error, attach::AttachSupport};
+use super::{btf::KernelBtf, support::AttachSupport};
+use crate::Error;
 
 /// Kernel function names a captured fixture keeps from kallsyms: every family
 /// pipelock hooks or may hook (the full list is ~200k lines and mostly noise).
@@ -72,88 +73,6 @@ impl Kallsyms {
 
     pub fn is_empty(&self) -> bool {
         self.functions.is_empty()
-    }
-}
-
-/// The kernel's BTF (`/sys/kernel/btf/vmlinux`): function and struct layouts.
-pub struct KernelBtf {
-    btf: btf_rs::Btf,
-}
-
-impl KernelBtf {
-    /// Whether BTF describes a function of this name (a fentry/tp_btf target
-    /// must have a BTF FUNC; kallsyms alone is not enough).
-    pub fn has_function(&self, name: &str) -> bool {
-        self.btf
-            .resolve_types_by_name(name)
-            .is_ok_and(|types| types.iter().any(|t| matches!(t, btf_rs::Type::Func(_))))
-    }
-}
-
-impl KernelBtf {
-    /// Byte offset of a (dotted) member path inside a struct, e.g.
-    /// `offset_of("pipe_inode_info", "rd_wait.lock")`. Anonymous struct and
-    /// union members are searched through, typedefs and qualifiers followed.
-    pub fn offset_of(&self, type_name: &str, path: &str) -> Result<u32, Error> {
-        let missing = || Error::KernelType {
-            type_name: type_name.to_owned(),
-            member: path.to_owned(),
-        };
-        let mut current = self
-            .btf
-            .resolve_types_by_name(type_name)
-            .map_err(|_| missing())?
-            .into_iter()
-            .find(|t| matches!(t, btf_rs::Type::Struct(s) if !s.members.is_empty()))
-            .ok_or_else(missing)?;
-        let mut bits = 0;
-        for field in path.split('.') {
-            let (offset, member_type) = self.find_member(&current, field).ok_or_else(missing)?;
-            bits += offset;
-            current = member_type;
-        }
-        Ok(bits / 8)
-    }
-
-    /// The type behind typedefs, const, volatile, restrict and type tags.
-    fn strip(&self, mut ty: btf_rs::Type) -> Option<btf_rs::Type> {
-        use btf_rs::Type::{Const, Restrict, TypeTag, Typedef, Volatile};
-        loop {
-            ty = match &ty {
-                Typedef(t) => self.btf.resolve_chained_type(t).ok()?,
-                Const(t) | Volatile(t) | Restrict(t) => self.btf.resolve_chained_type(t).ok()?,
-                TypeTag(t) => self.btf.resolve_chained_type(t).ok()?,
-                _ => return Some(ty),
-            };
-        }
-    }
-
-    /// (bit offset, type) of member `name` of a struct or union.
-    fn find_member(&self, ty: &btf_rs::Type, name: &str) -> Option<(u32, btf_rs::Type)> {
-        let record = match ty {
-            btf_rs::Type::Struct(record) | btf_rs::Type::Union(record) => record,
-            _ => return None,
-        };
-        for member in &record.members {
-            let member_name = self.btf.resolve_name(member).unwrap_or_default();
-            let Some(member_type) = self
-                .btf
-                .resolve_chained_type(member)
-                .ok()
-                .and_then(|t| self.strip(t))
-            else {
-                continue;
-            };
-            if member_name == name {
-                return Some((member.bit_offset(), member_type));
-            }
-            if member_name.is_empty()
-                && let Some((inner, found)) = self.find_member(&member_type, name)
-            {
-                return Some((member.bit_offset() + inner, found));
-            }
-        }
-        None
     }
 }
 
@@ -224,7 +143,7 @@ impl KernelInspector {
     }
 
     /// Program-type checks recorded with a captured tree, if any (a live
-    /// kernel has none: they are made by loading programs, see `crate::ebpf`).
+    /// kernel has none: they are made by loading programs, see `crate::bpf`).
     pub fn recorded_support(&self) -> Result<Option<AttachSupport>, Error> {
         let path = self.path(SUPPORT_FILE);
         if !path.is_file() {
@@ -327,39 +246,6 @@ mod tests {
         assert!(syms.has_function("some_fn"));
         assert!(!syms.has_function("pipefifo_fops"));
         assert_eq!(syms.len(), 3);
-    }
-
-    /// The measured offsets of ../shared/notes/kernel-facts.md, from the BTF
-    /// of each fixture kernel.
-    #[test]
-    fn btf_offsets_match_the_measured_kernel_facts() {
-        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernels");
-        for (kernel, private_data, f_inode, d_lockref, task_files) in [
-            ("debian-6.1.0-57", 200, 32, 88, 3048),
-            ("debian-6.12.117", 32, 40, 128, 3048),
-            ("debian-6.18.15", 24, 32, 128, 3320),
-            ("host-6.18.44", 24, 32, 128, 1824),
-        ] {
-            let btf = KernelInspector::at(fixtures.join(kernel)).btf().unwrap();
-            let off = |t: &str, m: &str| btf.offset_of(t, m).unwrap_or_else(|e| panic!("{kernel}: {e}"));
-            assert_eq!(off("file", "private_data"), private_data, "{kernel}");
-            assert_eq!(off("file", "f_inode"), f_inode, "{kernel}");
-            assert_eq!(off("dentry", "d_lockref"), d_lockref, "{kernel}");
-            assert_eq!(off("task_struct", "files"), task_files, "{kernel}");
-            assert_eq!(off("pipe_inode_info", "mutex"), 0, "{kernel}");
-            assert_eq!(off("pipe_inode_info", "rd_wait.lock"), 32, "{kernel}");
-            assert_eq!(off("pipe_inode_info", "wr_wait.lock"), 56, "{kernel}");
-            assert_eq!(
-                off("pipe_inode_info", "head"),
-                80,
-                "{kernel}: head, in an anonymous union on 6.18"
-            );
-            assert_eq!(off("inode", "i_ino"), 64, "{kernel}");
-            assert_eq!(off("pt_regs", "orig_ax"), 120, "{kernel}");
-            assert_eq!(off("pt_regs", "di"), 112, "{kernel}");
-            assert!(btf.offset_of("pipe_inode_info", "no_such_member").is_err());
-            assert!(btf.offset_of("no_such_struct", "x").is_err());
-        }
     }
 
     #[test]

@@ -4,8 +4,10 @@ use std::path::Path;
 
 use crate::{
     Error,
-    stats::{Summary, welch_t_test},
-    workload::report::{self, Report, format_value},
+    workload::{
+        report::{self, Report, format_value},
+        stats::{Summary, welch_t_test},
+    },
 };
 
 /// Significance level for the "significant" column.

@@ -1,52 +1,17 @@
-//! The embedded eBPF object: loading it, and the live checks of which program
-//! types this kernel accepts.
+//! The live checks of which program types this kernel accepts: a tiny
+//! program of each type is loaded and attached, then detached.
 use aya::{
-    Btf, Ebpf, EbpfLoader,
+    Btf,
     programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
 };
 use pipelock_common::{CONTENTION_BEGIN_TRACEPOINT, programs};
 
+use super::object::{load, program_mut};
 use crate::{
     Error,
-    attach::{AttachSupport, Support},
     error::one_line,
-    inspector::KernelInspector,
+    kernel::{AttachSupport, KernelInspector, Support},
 };
-
-/// The object built from `pipelock-ebpf` (empty in a `PIPELOCK_EBPF_STUB=1` build).
-pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pipelock"));
-
-/// Loads the embedded object (maps created, no program loaded yet).
-///
-/// With `log`, kernel-side aya-log messages are forwarded to the `log` crate.
-pub fn load(log: bool) -> Result<Ebpf, Error> {
-    if OBJECT.is_empty() {
-        return Err(Error::StubObject);
-    }
-    let mut ebpf = EbpfLoader::new()
-        .load(OBJECT)
-        .map_err(|source| Error::Load { source })?;
-    if log {
-        // Logging is best effort: an object without log statements has no log map.
-        if let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {
-            log::warn!("eBPF logging unavailable: {}", one_line(&err));
-        }
-    }
-    Ok(ebpf)
-}
-
-/// The named program of `ebpf`, as its concrete type.
-pub fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, Error>
-where
-    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
-{
-    let missing = || Error::Missing {
-        kind: "program",
-        name: name.to_owned(),
-    };
-    let program = ebpf.program_mut(name).ok_or_else(missing)?;
-    program.try_into().map_err(|_| missing())
-}
 
 /// `target` names what the program was attached to, so a refusal says where.
 fn outcome(target: &str, result: Result<(), ProgramError>) -> Support {

@@ -17,7 +17,8 @@ use aya::{
 };
 use pipelock_common::{CONTENTION_BEGIN_TRACEPOINT, maps, programs};
 
-use crate::{Error, attach::TracepointKind, ebpf, error::one_line};
+use super::{object as ebpf, plan::TracepointKind};
+use crate::{Error, error::one_line};
 
 /// Threads hammering the shared pipe: more than CPUs on these 2-core machines,
 /// so the pipe mutex and wait-queue locks are contended.

@@ -1,0 +1,174 @@
+//! Attaching the programs of one mode: the hook table's fentry/fexit or
+//! kprobe/kretprobe programs on the functions they resolve to here, or the
+//! contention tracepoints.
+use std::collections::HashSet;
+
+use aya::{
+    Btf, Ebpf,
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
+};
+use pipelock_common::programs;
+
+use super::{
+    hooks::{self, Resolved},
+    object::program_mut,
+    plan::TracepointKind,
+};
+use crate::{
+    Error,
+    error::one_line,
+    kernel::{KernelBtf, KernelInspector},
+    model::ClassSet,
+};
+
+/// What runs on the hooks of a hooked mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookBodies {
+    /// pipelock's programs.
+    Pipelock,
+    /// Programs that return at once: `pipelock overhead` measures with them
+    /// what the trampolines or kprobes alone cost, the floor under pipelock.
+    Empty,
+}
+
+/// The contention tracepoints of the hooked modes: which acquisitions were
+/// contended, and when a contended pipe mutex acquisition ends.
+const CONTENTION_MARKERS: [(&str, &str); 2] = [
+    (programs::HOOKED_CONTENTION_BEGIN, "contention_begin"),
+    (programs::HOOKED_CONTENTION_END, "contention_end"),
+];
+
+fn fail(action: &'static str, program: &str) -> impl FnOnce(aya::programs::ProgramError) -> Error + use<> {
+    let program = program.to_owned();
+    move |source| Error::Program {
+        action,
+        program,
+        source,
+    }
+}
+
+/// Attaches every fentry/fexit hook the classes need to the function it
+/// resolves to here (kallsyms + BTF), and the contention markers. Returns
+/// notes on optional hooks this kernel lacks.
+pub fn fentry(
+    ebpf: &mut Ebpf,
+    inspector: &KernelInspector,
+    kernel_btf: &KernelBtf,
+    classes: ClassSet,
+    bodies: HookBodies,
+) -> Result<Vec<String>, Error> {
+    let kallsyms = inspector.kallsyms()?;
+    let btf = Btf::from_sys_fs().map_err(|source| Error::Load {
+        source: source.into(),
+    })?;
+    let resolved = hooks::resolve(classes, |f| {
+        kallsyms.has_function(f) && kernel_btf.has_function(f)
+    })
+    .map_err(Error::Usage)?;
+    for &Resolved { index, row, function } in &resolved {
+        let Some(target) = function else { continue };
+        let (entry, exit) = match bodies {
+            HookBodies::Pipelock => row.fentry,
+            HookBodies::Empty => (
+                programs::EMPTY_FENTRY[index],
+                row.fentry.1.map(|_| programs::EMPTY_FEXIT[index]),
+            ),
+        };
+        let prog: &mut FEntry = program_mut(ebpf, entry)?;
+        prog.load(target, &btf).map_err(fail("load", entry))?;
+        prog.attach().map_err(fail("attach", entry))?;
+        if let Some(exit) = exit {
+            let prog: &mut FExit = program_mut(ebpf, exit)?;
+            prog.load(target, &btf).map_err(fail("load", exit))?;
+            prog.attach().map_err(fail("attach", exit))?;
+        }
+    }
+    if classes.intersects(ClassSet::PIPE_LOCKS) && bodies == HookBodies::Pipelock {
+        for (program, tracepoint) in CONTENTION_MARKERS {
+            let prog: &mut BtfTracePoint = program_mut(ebpf, program)?;
+            prog.load(tracepoint, &btf).map_err(fail("load", program))?;
+            prog.attach().map_err(fail("attach", program))?;
+        }
+    }
+    Ok(hooks::missing_hook_notes(&resolved))
+}
+
+/// The fentry hooks' logic on kprobes/kretprobes.
+pub fn kprobe(
+    ebpf: &mut Ebpf,
+    inspector: &KernelInspector,
+    classes: ClassSet,
+    bodies: HookBodies,
+) -> Result<Vec<String>, Error> {
+    if !inspector.has_kprobes() {
+        return Err(Error::Usage(
+            "no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned(),
+        ));
+    }
+    let kallsyms = inspector.kallsyms()?;
+    let resolved = hooks::resolve(classes, |f| kallsyms.has_function(f)).map_err(Error::Usage)?;
+    let mut loaded = HashSet::new();
+    for &Resolved { row, function, .. } in &resolved {
+        let Some(target) = function else { continue };
+        let (entry, exit) = match bodies {
+            HookBodies::Pipelock => row.kprobe,
+            HookBodies::Empty => (
+                programs::EMPTY_KPROBE,
+                row.kprobe.1.map(|_| programs::EMPTY_KRETPROBE),
+            ),
+        };
+        for program in std::iter::once(entry).chain(exit) {
+            let prog: &mut KProbe = program_mut(ebpf, program)?;
+            if loaded.insert(program) {
+                prog.load().map_err(fail("load", program))?;
+            }
+            prog.attach(target, 0).map_err(fail("attach", program))?;
+        }
+    }
+    let mut notes = hooks::missing_hook_notes(&resolved);
+    // Best effort: without it, contended acquisitions are not flagged.
+    if classes.intersects(ClassSet::PIPE_LOCKS) && bodies == HookBodies::Pipelock {
+        let attached = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {
+            CONTENTION_MARKERS.iter().try_for_each(|(program, tracepoint)| {
+                let prog: &mut BtfTracePoint = program_mut(ebpf, program).map_err(|e| one_line(&e))?;
+                prog.load(tracepoint, &btf)
+                    .and_then(|()| prog.attach().map(drop))
+                    .map_err(|e| one_line(&e))
+            })
+        });
+        if let Err(err) = attached {
+            notes.push(format!(
+                "contended pipe lock acquisitions are not flagged, and pipe mutex waits read 0: {err}"
+            ));
+        }
+    }
+    Ok(notes)
+}
+
+/// tp_btf first (typed arguments, cheaper), the classic tracepoint otherwise.
+pub fn contention_tracepoints(ebpf: &mut Ebpf) -> Result<TracepointKind, Error> {
+    let tp_btf = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {
+        for (program, event) in [
+            (programs::PIPE_CONTENTION_BEGIN_BTF, "contention_begin"),
+            (programs::PIPE_CONTENTION_END_BTF, "contention_end"),
+        ] {
+            let prog: &mut BtfTracePoint = program_mut(ebpf, program).map_err(|e| one_line(&e))?;
+            prog.load(event, &btf).map_err(|e| one_line(&e))?;
+            prog.attach().map_err(|e| one_line(&e))?;
+        }
+        Ok(())
+    });
+    let Err(why) = tp_btf else {
+        return Ok(TracepointKind::TpBtf);
+    };
+    log::info!("tp_btf unavailable ({why}); using the classic tracepoints");
+    for (program, event) in [
+        (programs::PIPE_CONTENTION_BEGIN_TP, "contention_begin"),
+        (programs::PIPE_CONTENTION_END_TP, "contention_end"),
+    ] {
+        let prog: &mut TracePoint = program_mut(ebpf, program)?;
+        prog.load().map_err(fail("load", program))?;
+        prog.attach("lock", event).map_err(fail("attach", program))?;
+    }
+    Ok(TracepointKind::Classic)
+}

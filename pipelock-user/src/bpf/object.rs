@@ -1,0 +1,39 @@
+//! The embedded eBPF object, and loading it.
+use aya::{Ebpf, EbpfLoader, programs::ProgramError};
+
+use crate::{Error, error::one_line};
+
+/// The object built from `pipelock-ebpf` (empty in a `PIPELOCK_EBPF_STUB=1` build).
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pipelock"));
+
+/// Loads the embedded object (maps created, no program loaded yet).
+///
+/// With `log`, kernel-side aya-log messages are forwarded to the `log` crate.
+pub fn load(log: bool) -> Result<Ebpf, Error> {
+    if OBJECT.is_empty() {
+        return Err(Error::StubObject);
+    }
+    let mut ebpf = EbpfLoader::new()
+        .load(OBJECT)
+        .map_err(|source| Error::Load { source })?;
+    if log {
+        // Logging is best effort: an object without log statements has no log map.
+        if let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {
+            log::warn!("eBPF logging unavailable: {}", one_line(&err));
+        }
+    }
+    Ok(ebpf)
+}
+
+/// The named program of `ebpf`, as its concrete type.
+pub fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, Error>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let missing = || Error::Missing {
+        kind: "program",
+        name: name.to_owned(),
+    };
+    let program = ebpf.program_mut(name).ok_or_else(missing)?;
+    program.try_into().map_err(|_| missing())
+}

@@ -1,0 +1,38 @@
+//! One module per subcommand, each wiring the layers below: kernel facts,
+//! programs, collection, model, views.
+pub mod compare;
+pub mod overhead;
+pub mod probe;
+pub mod run;
+pub mod top;
+pub mod trace;
+
+use crate::{
+    Error,
+    cli::{Cli, Command},
+};
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Probe(args) => probe::run(&args, cli.ebpf_log),
+        Command::Trace(args) => trace::run(&args, cli.ebpf_log),
+        Command::Overhead(args) => overhead::run_command(&args),
+        Command::Top(args) => top::run(top::Options {
+            mode: args.tracing.mode,
+            interval: args.interval,
+            filters: args.tracing.filters(),
+            load: match (args.workload, args.command.is_empty()) {
+                (Some(workload), _) => top::Load::Workload(workload.subcommand().to_owned()),
+                (None, false) => top::Load::Command(args.command),
+                (None, true) => top::Load::None,
+            },
+            ebpf_log: cli.ebpf_log,
+        }),
+        Command::Run(args) => run::run(args.workload, cli.ebpf_log),
+        Command::Compare { a, b } => {
+            print!("{}", compare::compare(&a, &b)?);
+            Ok(())
+        }
+    }
+}

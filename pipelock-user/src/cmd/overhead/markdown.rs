@@ -1,0 +1,185 @@
+//! `pipelock overhead`'s tables as markdown (docs/benchmarks.md).
+use std::fmt::Write as _;
+
+use super::{BPF_SHARE_TARGET, COLLECTOR_TARGET, Results};
+
+fn percent(share: Option<f64>) -> String {
+    share.map_or_else(|| "–".to_owned(), |s| format!("{:.2} %", s * 100.0))
+}
+
+/// The results as markdown: the ratio table, the per-program table, and
+/// every target with its verdict.
+pub fn to_markdown(results: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Kernel {}, {} × {}, clock source {}, {} alternating pairs per cell.\n",
+        results.kernel, results.cpus, results.cpu, results.clocksource, results.pairs
+    );
+    out.push_str(
+        "| workload | tracer | traced/untraced (median) | min – max | BPF runs | ns per run | BPF time / workload CPU \
+         | map memory | collector CPU (1 s refresh) | target |\n",
+    );
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    for row in &results.rows {
+        let target = match row.target {
+            Some((goal, true)) => format!("≥ {goal}: met"),
+            Some((goal, false)) => format!("≥ {goal}: **missed**"),
+            None => "–".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.3} | {:.3} – {:.3} | {} | {} | {} | {} | {} | {target} |",
+            row.workload,
+            row.tracer,
+            row.ratio_median,
+            row.ratio_min,
+            row.ratio_max,
+            row.bpf_runs.map_or_else(|| "–".to_owned(), |r| r.to_string()),
+            row.bpf_ns_per_run
+                .map_or_else(|| "–".to_owned(), |ns| format!("{ns:.0}")),
+            percent(row.bpf_share_of_cpu),
+            row.map_memory_bytes
+                .map_or_else(|| "–".to_owned(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+            percent(row.collector_cpu_share),
+        );
+    }
+    out.push_str("\nPer program (one more traced run of each cell, with run-time statistics on):\n\n");
+    out.push_str(
+        "| workload | mode | program | runs | ns per run | recursion misses |\n|---|---|---|---|---|---|\n",
+    );
+    for row in &results.rows {
+        for p in row.programs.iter().filter(|p| p.run_count > 0) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.0} | {} |",
+                row.workload,
+                row.tracer,
+                p.name,
+                p.run_count,
+                p.run_time_ns as f64 / p.run_count as f64,
+                p.recursion_misses
+            );
+        }
+    }
+    let checks: Vec<String> = results
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let share = (row.tracer == "fentry").then_some(row.bpf_share_of_cpu).flatten();
+            let mut lines = Vec::new();
+            if let Some(share) = share {
+                lines.push(format!(
+                    "- {} fentry: BPF time {:.2} % of the workload's CPU (target ≤ {:.0} %): {}",
+                    row.workload,
+                    share * 100.0,
+                    BPF_SHARE_TARGET * 100.0,
+                    if share <= BPF_SHARE_TARGET {
+                        "met"
+                    } else {
+                        "**missed**"
+                    }
+                ));
+            }
+            let floor = results.rows.iter().find(|r| {
+                r.workload == row.workload && r.tracer == format!("{}, empty programs", row.tracer)
+            });
+            if let Some(floor) = floor {
+                lines.push(format!(
+                    "- {} {}: empty programs on the same hooks alone give {:.3}; pipelock's programs {:.3}",
+                    row.workload, row.tracer, floor.ratio_median, row.ratio_median
+                ));
+            }
+            if let Some(c) = row.collector_cpu_share {
+                // An emulated CPU runs the collector tens of times slower
+                // than the wall clock it is divided by.
+                let verdict = if results.emulated {
+                    "not judged under emulation (see the host's figure)"
+                } else if c <= COLLECTOR_TARGET {
+                    "met"
+                } else {
+                    "**missed**"
+                };
+                lines.push(format!(
+                    "- {} {}: collector {:.2} % of one CPU (target ≤ {:.0} %): {verdict}",
+                    row.workload,
+                    row.tracer,
+                    c * 100.0,
+                    COLLECTOR_TARGET * 100.0,
+                ));
+            }
+            (!lines.is_empty()).then(|| lines.join("\n"))
+        })
+        .collect();
+    if !checks.is_empty() {
+        let _ = writeln!(out, "\n{}", checks.join("\n"));
+    }
+    for why in &results.skipped {
+        let _ = writeln!(out, "\nNot measured here: {why}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::overhead::{FENTRY_TARGET, Row};
+
+    fn row(workload: &str, tracer: &str, ratio: f64, collector: f64) -> Row {
+        Row {
+            workload: workload.to_owned(),
+            tracer: tracer.to_owned(),
+            ratio_median: ratio,
+            ratio_min: ratio,
+            ratio_max: ratio,
+            bpf_runs: Some(10),
+            bpf_ns_per_run: Some(100.0),
+            bpf_share_of_cpu: Some(0.2),
+            map_memory_bytes: Some(1 << 20),
+            collector_cpu_share: Some(collector),
+            programs: Vec::new(),
+            target: None,
+        }
+    }
+
+    fn results(emulated: bool) -> Results {
+        let mut fentry = row("pipe-throughput", "fentry", 0.3, 0.05);
+        fentry.target = Some((FENTRY_TARGET, false));
+        Results {
+            kernel: "6.12".to_owned(),
+            cpu: "QEMU TCG CPU".to_owned(),
+            cpus: 2,
+            clocksource: "tsc".to_owned(),
+            pairs: 5,
+            rows: vec![
+                fentry,
+                row("pipe-throughput", "fentry, empty programs", 0.6, 0.02),
+            ],
+            emulated,
+            skipped: vec!["kprobe: no kprobe PMU".to_owned()],
+        }
+    }
+
+    #[test]
+    fn markdown_states_each_target_the_floor_and_what_was_not_measured() {
+        let md = to_markdown(&results(false));
+        assert!(md.contains("| pipe-throughput | fentry | 0.300 |"), "{md}");
+        assert!(md.contains("≥ 0.85: **missed**"), "{md}");
+        assert!(
+            md.contains("BPF time 20.00 % of the workload's CPU (target ≤ 10 %): **missed**"),
+            "{md}"
+        );
+        assert!(
+            md.contains("empty programs on the same hooks alone give 0.600; pipelock's programs 0.300"),
+            "{md}"
+        );
+        assert!(
+            md.contains("collector 5.00 % of one CPU (target ≤ 1 %): **missed**"),
+            "{md}"
+        );
+        assert!(md.contains("Not measured here: kprobe: no kprobe PMU"), "{md}");
+        let emulated = to_markdown(&results(true));
+        assert!(emulated.contains("not judged under emulation"), "{emulated}");
+        assert!(!emulated.contains("1 %): **missed**"), "{emulated}");
+    }
+}

@@ -1,0 +1,147 @@
+//! `pipelock trace`: attach, let the load run (or COMMAND), print the
+//! per-lock report; `--interval` prints and appends a CSV block per tick.
+use std::{
+    fs,
+    io::{self, Write as _},
+    path::{Path, PathBuf},
+};
+
+use crate::{
+    Error,
+    bpf::HookBodies,
+    cli::TraceArgs,
+    collect::{IntervalCollector, Tracer, wait_for},
+    interrupt,
+    model::{TraceReport, sort_rows},
+    output::{Format, Outputs},
+    render,
+};
+
+pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
+    // An interval trace appends to its CSV as it goes; a plain one writes
+    // its files once, atomically, at the end.
+    let mut interval_csv = match (&args.csv, args.interval) {
+        (Some(path), Some(_)) => Some(IntervalCsv::create(path)?),
+        _ => None,
+    };
+    let outputs = Outputs::prepare(
+        args.json.as_deref(),
+        args.csv.as_deref().filter(|_| interval_csv.is_none()),
+    )?;
+    let bodies = if args.empty_programs {
+        HookBodies::Empty
+    } else {
+        HookBodies::Pipelock
+    };
+    let mut tracer = Tracer::attach_bodies(args.tracing.mode, &args.tracing.filters(), ebpf_log, bodies)?;
+    if args.bpf_stats {
+        tracer.enable_run_stats();
+    }
+    interrupt::catch();
+    let child = match args.command.split_first() {
+        Some((program, rest)) => Some(std::process::Command::new(program).args(rest).spawn().map_err(
+            |source| Error::Io {
+                what: "starting COMMAND",
+                source,
+            },
+        )?),
+        None => None,
+    };
+    eprintln!("pipelock: tracing with {} (Ctrl-C to stop)", tracer.mode());
+    let show = |report: &mut TraceReport| {
+        sort_rows(&mut report.locks, args.sort);
+        print!("{}", render::render(report, args.top));
+        if args.hist {
+            print!("{}", render::render_histograms(report, args.top));
+        }
+    };
+    let mut collector = IntervalCollector::new(&tracer);
+    let mut tick = |tracer: &mut Tracer, last: bool| -> Result<TraceReport, Error> {
+        let snapshot = collector.tick(tracer)?;
+        let mut shown = if args.reset {
+            snapshot.interval
+        } else {
+            snapshot.total.clone()
+        };
+        let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+        if let Some(csv) = interval_csv.as_mut() {
+            csv.append(&shown, &timestamp)?;
+        }
+        // The last tick of a cumulative trace is the final report itself.
+        if !last || args.reset {
+            println!("--- {timestamp} ({:.1} s) ---", shown.duration_s);
+            show(&mut shown);
+            println!();
+        }
+        Ok(snapshot.total)
+    };
+    let (status, mut report) = if args.interval.is_some() {
+        let status = {
+            let tracer = &mut tracer;
+            wait_for(args.duration, child, interrupt::flag(), args.interval, || {
+                tick(&mut *tracer, false).map(drop)
+            })?
+        };
+        let total = tick(&mut tracer, true)?;
+        (status, total)
+    } else {
+        let status = wait_for(args.duration, child, interrupt::flag(), None, || Ok(()))?;
+        (status, tracer.report()?)
+    };
+    drop(tracer);
+    if args.reset {
+        println!("--- whole run ---");
+    }
+    show(&mut report);
+    outputs.write_with(|format| match format {
+        Format::Json => serde_json::to_vec_pretty(&report).map_err(io::Error::other),
+        Format::Csv => render::to_csv(&report).map_err(io::Error::other),
+    })?;
+    if let Some(status) = status
+        && !status.success()
+    {
+        eprintln!("pipelock: COMMAND exited with {status}");
+    }
+    Ok(())
+}
+
+/// The `--interval` CSV: created with its header at start, then one block of
+/// rows per interval, each appended with a single write so that a killed
+/// trace leaves whole rows only.
+struct IntervalCsv {
+    path: PathBuf,
+    file: fs::File,
+}
+
+impl IntervalCsv {
+    fn create(path: &Path) -> Result<Self, Error> {
+        let fail = |source| Error::Output {
+            path: path.to_owned(),
+            source,
+        };
+        let header = render::csv_block(&TraceReport::empty(), Some(""), true)
+            .map_err(|e| fail(io::Error::other(e)))?;
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(path)
+            .map_err(fail)?;
+        file.write_all(&header).map_err(fail)?;
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+        })
+    }
+
+    fn append(&mut self, report: &TraceReport, timestamp: &str) -> Result<(), Error> {
+        let fail = |source| Error::Output {
+            path: self.path.clone(),
+            source,
+        };
+        let block =
+            render::csv_block(report, Some(timestamp), false).map_err(|e| fail(io::Error::other(e)))?;
+        self.file.write_all(&block).map_err(fail)?;
+        self.file.sync_data().map_err(fail)
+    }
+}

@@ -1,0 +1,258 @@
+//! A tracing session: attach the programs of one mode (`auto`: fentry, then
+//! kprobes, then the contention tracepoints, saying why), read the maps into
+//! model rows, tick an interval collector, supervise the traced command.
+pub mod child;
+pub mod interval;
+mod rows;
+
+use std::time::Instant;
+
+use aya::{Ebpf, EbpfLoader};
+use pipelock_common::TRACE_CONFIG_GLOBAL;
+
+pub use self::{
+    child::{own_cpu_seconds, wait_for},
+    interval::IntervalCollector,
+};
+use crate::{
+    Error,
+    bpf::{
+        self, AttachMode, Filters, HookBodies, TracepointKind,
+        maps::{self, Identities},
+        plan::coverage_notes,
+        progstats::{self, StatsGuard},
+    },
+    error::one_line,
+    kernel::{KernelInspector, privilege},
+    model::TraceReport,
+};
+
+/// The mode a tracer ended up with, and why a better one was not used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attached {
+    pub mode: AttachMode,
+    /// tp_btf or the classic tracepoint, in tracepoint mode.
+    pub tracepoint: Option<TracepointKind>,
+    /// Why `auto` fell back from the better modes.
+    pub fallback: Option<String>,
+}
+
+/// Attached programs; dropping it detaches them.
+pub struct Tracer {
+    ebpf: Ebpf,
+    attached: Attached,
+    bodies: HookBodies,
+    started: Instant,
+    _stats: Option<StatsGuard>,
+    /// This process's CPU time when attaching was done: loading (BTF parsing,
+    /// verification) is a one-off cost, not the collector's.
+    cpu_at_attach: Option<f64>,
+    /// What this mode or kernel could not measure, class by class.
+    notes: Vec<String>,
+}
+
+impl Tracer {
+    /// Attaches `mode` (None: `auto`) for `filters`.
+    pub fn attach(mode: Option<AttachMode>, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
+        Self::attach_bodies(mode, filters, ebpf_log, HookBodies::Pipelock)
+    }
+
+    pub fn attach_bodies(
+        mode: Option<AttachMode>,
+        filters: &Filters,
+        ebpf_log: bool,
+        bodies: HookBodies,
+    ) -> Result<Self, Error> {
+        if bodies == HookBodies::Empty && !mode.is_some_and(AttachMode::is_hooked) {
+            return Err(Error::Usage(
+                "--empty-programs needs --mode fentry or --mode kprobe".to_owned(),
+            ));
+        }
+        let mut tracer = Self::load_and_attach(mode, filters, ebpf_log, bodies)?;
+        // One read of everything now: the first per-CPU map read (aya reads
+        // the possible-CPU list) and info calls (aya probes kernel features)
+        // cost tens of ms once; that belongs to loading, not to the collector.
+        let _ = (
+            maps::read_identities(&tracer.ebpf).map(|ids| maps::map_fill(&tracer.ebpf, &ids)),
+            progstats::collect(&tracer.ebpf),
+            aya::util::nr_cpus(),
+        );
+        // Measured once the loader's BTF copies are freed, too.
+        tracer.cpu_at_attach = own_cpu_seconds();
+        Ok(tracer)
+    }
+
+    fn load_and_attach(
+        mode: Option<AttachMode>,
+        filters: &Filters,
+        ebpf_log: bool,
+        bodies: HookBodies,
+    ) -> Result<Self, Error> {
+        privilege::require()?;
+        let inspector = KernelInspector::live();
+        if bpf::object::OBJECT.is_empty() {
+            return Err(Error::StubObject);
+        }
+        let btf = inspector.btf()?;
+        let config = bpf::config::trace_config(&btf, filters)?;
+        let load = || {
+            EbpfLoader::new()
+                .override_global(TRACE_CONFIG_GLOBAL, &config, true)
+                .load(bpf::object::OBJECT)
+                .map_err(|source| Error::Load { source })
+        };
+        let mut ebpf = load()?;
+        if ebpf_log && let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {
+            log::warn!("eBPF logging unavailable: {}", one_line(&err));
+        }
+        let classes = filters.classes();
+        let attached = |mode, tracepoint, fallback| Attached {
+            mode,
+            tracepoint,
+            fallback,
+        };
+        let fentry = |ebpf: &mut Ebpf| bpf::attach::fentry(ebpf, &inspector, &btf, classes, bodies);
+        let kprobe = |ebpf: &mut Ebpf| bpf::attach::kprobe(ebpf, &inspector, classes, bodies);
+        let (attached, mut notes) = match mode {
+            Some(AttachMode::Tracepoint) => (
+                attached(
+                    AttachMode::Tracepoint,
+                    Some(bpf::attach::contention_tracepoints(&mut ebpf)?),
+                    None,
+                ),
+                Vec::new(),
+            ),
+            Some(AttachMode::Fentry) => (attached(AttachMode::Fentry, None, None), fentry(&mut ebpf)?),
+            Some(AttachMode::Kprobe) => (attached(AttachMode::Kprobe, None, None), kprobe(&mut ebpf)?),
+            // Each failed attempt drops its object, which detaches whatever
+            // part of it did attach, and starts from a fresh one.
+            None => match fentry(&mut ebpf) {
+                Ok(notes) => (attached(AttachMode::Fentry, None, None), notes),
+                Err(fentry_err) => {
+                    let why = format!("fentry: {}", one_line(&fentry_err));
+                    ebpf = load()?;
+                    match kprobe(&mut ebpf) {
+                        Ok(notes) => (attached(AttachMode::Kprobe, None, Some(why)), notes),
+                        Err(kprobe_err) => {
+                            ebpf = load()?;
+                            let kind = bpf::attach::contention_tracepoints(&mut ebpf)?;
+                            let why = format!("{why}; kprobe: {}", one_line(&kprobe_err));
+                            (
+                                attached(AttachMode::Tracepoint, Some(kind), Some(why)),
+                                Vec::new(),
+                            )
+                        }
+                    }
+                }
+            },
+        };
+        notes.extend(coverage_notes(classes, attached.mode));
+        Ok(Self {
+            ebpf,
+            attached,
+            bodies,
+            started: Instant::now(),
+            _stats: None,
+            cpu_at_attach: None,
+            notes,
+        })
+    }
+
+    /// The mode with the reasons for a fallback, as the report header says it.
+    pub fn mode(&self) -> String {
+        if self.bodies == HookBodies::Empty {
+            return format!("{} (empty programs)", self.short_mode());
+        }
+        match &self.attached.fallback {
+            None => self.short_mode(),
+            Some(why) => match self.attached.tracepoint {
+                Some(kind) => format!("tracepoint ({kind}; {why})"),
+                None => format!("{} ({why})", self.attached.mode),
+            },
+        }
+    }
+
+    /// The mode without the reasons for a fallback (the per-row `mode`).
+    pub fn short_mode(&self) -> String {
+        match self.attached.tracepoint {
+            Some(kind) => format!("tracepoint ({kind})"),
+            None => self.attached.mode.to_string(),
+        }
+    }
+
+    pub fn attached(&self) -> &Attached {
+        &self.attached
+    }
+
+    /// Turns on the kernel's run-time statistics of pipelock's programs for
+    /// as long as the tracer lives. Off by default: they add two clock reads
+    /// to every program run, i.e. to every hooked lock operation.
+    pub fn enable_run_stats(&mut self) {
+        self._stats = StatsGuard::enable();
+    }
+
+    /// What this mode or kernel could not measure, class by class.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Reads and merges the maps into a report of everything since attach.
+    pub fn report(&self) -> Result<TraceReport, Error> {
+        let stats = maps::read_stats(&self.ebpf)?;
+        let ids = maps::read_identities(&self.ebpf)?;
+        let mut report = self.build_report(&stats, &ids, self.started.elapsed())?;
+        report.maps = maps::map_fill(&self.ebpf, &ids);
+        Ok(report)
+    }
+
+    pub(crate) fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
+    pub(crate) fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The report of `stats`, measured over `duration`.
+    pub(crate) fn build_report(
+        &self,
+        stats: &std::collections::HashMap<u64, pipelock_common::LockStats>,
+        ids: &Identities,
+        duration: std::time::Duration,
+    ) -> Result<TraceReport, Error> {
+        let hooked = self.attached.mode.is_hooked();
+        let locks = rows::rows(stats, ids, &self.short_mode(), hooked);
+        let mut drops = maps::read_drops(&self.ebpf)?;
+        let programs = progstats::collect(&self.ebpf);
+        drops.insert(
+            "recursion_misses".to_owned(),
+            programs.iter().map(|p| p.recursion_misses).sum(),
+        );
+        Ok(TraceReport {
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+            mode: self.mode(),
+            hold_unavailable_reason: (!hooked).then(|| {
+                "the contention tracepoints only see contended acquisitions; hold time needs fentry or kprobe"
+                    .to_owned()
+            }),
+            duration_s: duration.as_secs_f64(),
+            totals: TraceReport::totals(&locks),
+            locks,
+            drops,
+            percentile_resolution: crate::model::PERCENTILE_RESOLUTION.to_owned(),
+            notes: self.notes.clone(),
+            programs,
+            maps: Vec::new(),
+            tracer_cpu_s: own_cpu_seconds()
+                .zip(self.cpu_at_attach)
+                .map(|(now, attached)| now - attached),
+        })
+    }
+}

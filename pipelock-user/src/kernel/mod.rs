@@ -1,0 +1,13 @@
+//! Everything read from the running kernel (or a captured copy of it):
+//! kallsyms, BTF, tracefs, the kprobe PMU, program-type support, privileges.
+//! Nothing here knows about attach modes or loads programs.
+pub mod btf;
+pub mod inspector;
+pub mod privilege;
+pub mod support;
+
+pub use self::{
+    btf::KernelBtf,
+    inspector::{Kallsyms, KernelInspector},
+    support::{AttachSupport, Support},
+};

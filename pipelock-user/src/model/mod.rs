@@ -1,0 +1,11 @@
+//! The stats model: per-lock rows, timings and percentiles, naming,
+//! sorting, per-class totals. Plain values built from what the programs
+//! recorded; no aya, no clap, no I/O, so all of it is unit-tested.
+pub mod class;
+pub mod naming;
+pub mod report;
+pub mod timing;
+
+pub use class::{ClassSet, LockClass, class_label};
+pub use report::{ClassTotal, LockRow, MapFill, ProgramStats, Snapshot, SortKey, TraceReport, sort_rows};
+pub use timing::{PERCENTILE_RESOLUTION, Timing};

@@ -1,0 +1,284 @@
+//! What a trace reports: one row per lock, per-class totals, and what the
+//! tracer itself cost. Plain values (serde for JSON in and out), no I/O.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    class::LockClass,
+    timing::{PERCENTILE_RESOLUTION, Timing},
+};
+
+/// One traced lock.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LockRow {
+    /// None when the lock's identity could not be recorded (its map was full).
+    pub class: Option<LockClass>,
+    pub lock_addr: u64,
+    pub pipe_ino: Option<u64>,
+    /// `pipe:[ino]`, or for another lock the pipe call it was contended in.
+    pub name: String,
+    /// `comm(pid)` of each process seen contending it.
+    pub comms: Vec<String>,
+    /// Attach mode that measured it.
+    pub mode: String,
+    /// All acquisitions: None in tracepoint mode (only contended ones are seen).
+    pub acquisitions: Option<u64>,
+    pub contentions: u64,
+    /// Contended acquisitions that only spun (never slept).
+    pub spin_only: u64,
+    /// Events on this lock that were seen but could not be timed (fentry and
+    /// kprobe mode; None in tracepoint mode, which sees no release).
+    pub dropped: Option<u64>,
+    pub wait: Option<Timing>,
+    /// None where hold time is not measured (tracepoint mode).
+    pub hold: Option<Timing>,
+}
+
+/// Per-class totals.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassTotal {
+    pub class: Option<LockClass>,
+    pub locks: usize,
+    pub contentions: u64,
+    pub wait_total_ns: u64,
+    pub wait_max_ns: u64,
+}
+
+/// Everything a trace produced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceReport {
+    pub kernel: String,
+    /// Mode per class, e.g. "tracepoint (tp_btf)".
+    pub mode: String,
+    pub hold_unavailable_reason: Option<String>,
+    pub duration_s: f64,
+    pub locks: Vec<LockRow>,
+    pub totals: Vec<ClassTotal>,
+    /// Events not recorded, by reason (never silently lost).
+    pub drops: BTreeMap<String, u64>,
+    pub percentile_resolution: String,
+    /// What this mode or kernel could not measure, class by class.
+    pub notes: Vec<String>,
+    /// pipelock's own programs: runs, run time, recursion misses.
+    pub programs: Vec<ProgramStats>,
+    /// pipelock's maps: entries used, capacity, kernel memory.
+    pub maps: Vec<MapFill>,
+    /// CPU time pipelock's own process used since attaching (the collector;
+    /// not the traced load's, not the one-off loading).
+    pub tracer_cpu_s: Option<f64>,
+}
+
+impl TraceReport {
+    /// A report without locks (the header of an interval CSV is made from it).
+    pub fn empty() -> Self {
+        Self {
+            kernel: String::new(),
+            mode: String::new(),
+            hold_unavailable_reason: None,
+            duration_s: 0.0,
+            locks: Vec::new(),
+            totals: Vec::new(),
+            drops: BTreeMap::new(),
+            percentile_resolution: PERCENTILE_RESOLUTION.to_owned(),
+            notes: Vec::new(),
+            programs: Vec::new(),
+            maps: Vec::new(),
+            tracer_cpu_s: None,
+        }
+    }
+
+    pub fn totals(locks: &[LockRow]) -> Vec<ClassTotal> {
+        let mut totals: BTreeMap<Option<LockClass>, ClassTotal> = BTreeMap::new();
+        for row in locks {
+            let t = totals.entry(row.class).or_insert(ClassTotal {
+                class: row.class,
+                locks: 0,
+                contentions: 0,
+                wait_total_ns: 0,
+                wait_max_ns: 0,
+            });
+            t.locks += 1;
+            t.contentions += row.contentions;
+            if let Some(w) = &row.wait {
+                t.wait_total_ns += w.total_ns;
+                t.wait_max_ns = t.wait_max_ns.max(w.max_ns);
+            }
+        }
+        totals.into_values().collect()
+    }
+}
+
+/// Entries in one of pipelock's maps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapFill {
+    pub name: String,
+    /// None for the per-thread LRU maps (full, they evict the oldest thread).
+    pub used: Option<usize>,
+    pub capacity: u32,
+    /// The kernel's accounting of the map's memory (`memlock` in fdinfo).
+    pub memlock_bytes: Option<u64>,
+}
+
+/// One loaded program's kernel-side counters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramStats {
+    pub name: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+    pub recursion_misses: u64,
+}
+
+/// One collector tick: the interval just ended and everything since attach.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub interval: TraceReport,
+    pub total: TraceReport,
+    pub fill: Vec<MapFill>,
+}
+
+/// `--sort`: which figure orders the rows, largest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortKey {
+    Acquisitions,
+    Contentions,
+    #[default]
+    WaitTotal,
+    WaitMax,
+    HoldTotal,
+    HoldMax,
+}
+
+impl SortKey {
+    /// The row's figure for this key (unmeasured counts as 0).
+    pub fn value(self, row: &LockRow) -> u64 {
+        let (w, h) = (row.wait.as_ref(), row.hold.as_ref());
+        match self {
+            Self::Acquisitions => row.acquisitions.unwrap_or(0),
+            Self::Contentions => row.contentions,
+            Self::WaitTotal => w.map_or(0, |t| t.total_ns),
+            Self::WaitMax => w.map_or(0, |t| t.max_ns),
+            Self::HoldTotal => h.map_or(0, |t| t.total_ns),
+            Self::HoldMax => h.map_or(0, |t| t.max_ns),
+        }
+    }
+}
+
+/// Largest first; ties by address, so the order is stable between runs.
+pub fn sort_rows(rows: &mut [LockRow], key: SortKey) {
+    rows.sort_by(|a, b| {
+        key.value(b)
+            .cmp(&key.value(a))
+            .then(a.lock_addr.cmp(&b.lock_addr))
+    });
+}
+
+impl SortKey {
+    /// The names `--sort` accepts, in the order of [`Self::ALL`].
+    pub const NAMES: [&'static str; 6] = [
+        "acquisitions",
+        "contentions",
+        "wait-total",
+        "wait-max",
+        "hold-total",
+        "hold-max",
+    ];
+    pub const ALL: [Self; 6] = [
+        Self::Acquisitions,
+        Self::Contentions,
+        Self::WaitTotal,
+        Self::WaitMax,
+        Self::HoldTotal,
+        Self::HoldMax,
+    ];
+}
+
+impl std::str::FromStr for SortKey {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == text)
+            .map(|i| Self::ALL[i])
+            .ok_or_else(|| format!("unknown sort key `{text}` (one of: {})", Self::NAMES.join(", ")))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::model::timing::tests::hist;
+
+    pub(crate) fn sample() -> TraceReport {
+        let rows = vec![LockRow {
+            class: Some(LockClass::PipeMutex),
+            lock_addr: 0xffff_8880_0123_4000,
+            pipe_ino: Some(4242),
+            name: "pipe:[4242]".into(),
+            comms: vec!["herd(10)".into(), "herd(11)".into()],
+            mode: "tracepoint (tp_btf)".into(),
+            acquisitions: None,
+            contentions: 3,
+            spin_only: 1,
+            dropped: Some(2),
+            wait: Timing::from_hist(&hist(&[100, 200, 4000])),
+            hold: None,
+        }];
+        TraceReport {
+            kernel: "6.18.44".into(),
+            mode: "tracepoint (tp_btf)".into(),
+            hold_unavailable_reason: Some("needs fentry or kprobe".into()),
+            duration_s: 1.0,
+            totals: TraceReport::totals(&rows),
+            locks: rows,
+            drops: BTreeMap::from([("nested".to_owned(), 0)]),
+            percentile_resolution: PERCENTILE_RESOLUTION.to_owned(),
+            notes: vec!["lockref: n/a in tracepoint mode".into()],
+            programs: Vec::new(),
+            maps: Vec::new(),
+            tracer_cpu_s: None,
+        }
+    }
+
+    #[test]
+    fn rows_sort_by_any_key_largest_first() {
+        let mut a = sample().locks.remove(0);
+        let mut b = a.clone();
+        a.lock_addr = 1;
+        b.lock_addr = 2;
+        b.contentions = 100;
+        a.wait = Timing::from_hist(&hist(&[1_000_000]));
+        let mut rows = vec![a, b];
+        sort_rows(&mut rows, SortKey::Contentions);
+        assert_eq!(rows[0].lock_addr, 2);
+        sort_rows(&mut rows, SortKey::WaitMax);
+        assert_eq!(rows[0].lock_addr, 1);
+        sort_rows(&mut rows, SortKey::HoldMax);
+        assert_eq!(
+            rows[0].lock_addr, 1,
+            "equal (unmeasured) values fall back to address order"
+        );
+    }
+
+    #[test]
+    fn json_carries_buckets() {
+        let json = serde_json::to_value(sample()).unwrap();
+        assert_eq!(
+            json["locks"][0]["wait"]["buckets"],
+            serde_json::json!([[64, 1], [128, 1], [2048, 1]])
+        );
+        assert!(json["locks"][0]["hold"].is_null());
+        assert_eq!(json["totals"][0]["contentions"], 3);
+    }
+
+    #[test]
+    fn reports_read_back_from_their_json() {
+        let report = sample();
+        let json = serde_json::to_vec(&report).unwrap();
+        let back: TraceReport = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, report);
+        assert_eq!("hold-max".parse::<SortKey>(), Ok(SortKey::HoldMax));
+        assert!("longest".parse::<SortKey>().unwrap_err().contains("wait-total"));
+    }
+}

@@ -1,0 +1,11 @@
+//! Views of the model as text tables, CSV and terminal histograms (JSON is
+//! the model's own serde form). Pure functions of model values.
+pub mod csv;
+pub mod histogram;
+pub mod text;
+
+pub use self::{
+    csv::{CSV_COLUMNS, csv_block, to_csv},
+    histogram::{render_histogram, render_histogram_width, render_histograms},
+    text::{human_ns, render},
+};

@@ -1,0 +1,157 @@
+//! The report as text: perf-lock-style tables, times scaled ns/us/ms/s.
+use crate::model::{TraceReport, class_label};
+
+/// `1.23 ms`-style durations, as perf lock contention prints them.
+pub fn human_ns(ns: u64) -> String {
+    let ns_f = ns as f64;
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.2} us", ns_f / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2} ms", ns_f / 1e6)
+    } else {
+        format!("{:.2} s", ns_f / 1e9)
+    }
+}
+
+/// The report as text; `top` limits the lock rows (totals count them all).
+pub fn render(report: &TraceReport, top: usize) -> String {
+    let mut out = format!(
+        "pipelock trace: kernel {}, {:.1} s, mode {}\n",
+        report.kernel, report.duration_s, report.mode
+    );
+    if let Some(why) = &report.hold_unavailable_reason {
+        out.push_str(&format!("hold times: n/a ({why})\n"));
+    }
+    for note in &report.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    out.push('\n');
+    if report.locks.is_empty() {
+        out.push_str("no traced lock was seen\n");
+    } else {
+        let mut table = comfy_table::Table::new();
+        table.load_preset(comfy_table::presets::NOTHING).set_header(vec![
+            "class",
+            "lock",
+            "acquired",
+            "contended",
+            "spin-only",
+            "wait total",
+            "wait avg",
+            "wait p50",
+            "wait p99",
+            "wait max",
+            "hold avg",
+            "hold p99",
+            "hold max",
+            "processes",
+        ]);
+        let na = || "n/a".to_owned();
+        for row in report.locks.iter().take(top) {
+            let w = row.wait.as_ref();
+            let h = row.hold.as_ref();
+            table.add_row(vec![
+                class_label(row.class).to_owned(),
+                row.name.clone(),
+                row.acquisitions.map_or_else(na, |a| a.to_string()),
+                row.contentions.to_string(),
+                row.spin_only.to_string(),
+                w.map_or_else(na, |w| human_ns(w.total_ns)),
+                w.map_or_else(na, |w| human_ns(w.avg_ns)),
+                w.map_or_else(na, |w| human_ns(w.p50_ns)),
+                w.map_or_else(na, |w| human_ns(w.p99_ns)),
+                w.map_or_else(na, |w| human_ns(w.max_ns)),
+                h.map_or_else(na, |h| human_ns(h.avg_ns)),
+                h.map_or_else(na, |h| human_ns(h.p99_ns)),
+                h.map_or_else(na, |h| human_ns(h.max_ns)),
+                abbreviate(&row.comms, 3),
+            ]);
+        }
+        out.push_str(&table.to_string());
+        out.push('\n');
+        if report.locks.len() > top {
+            out.push_str(&format!(
+                "(+{} more locks with less wait; all are in --csv/--json, or raise --top)\n",
+                report.locks.len() - top
+            ));
+        }
+    }
+    out.push_str("\nper class:\n");
+    for t in &report.totals {
+        out.push_str(&format!(
+            "  {:<20} {:>4} lock(s)  {:>10} contended  wait total {}  max {}\n",
+            class_label(t.class),
+            t.locks,
+            t.contentions,
+            human_ns(t.wait_total_ns),
+            human_ns(t.wait_max_ns)
+        ));
+    }
+    let mut dropped: Vec<String> = report
+        .drops
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let untimed: u64 = report.locks.iter().filter_map(|r| r.dropped).sum();
+    if untimed > 0 {
+        dropped.push(format!("untimed on traced locks {untimed} (per lock in --csv)"));
+    }
+    let (runs, run_ns) = report
+        .programs
+        .iter()
+        .fold((0, 0), |(r, t), p| (r + p.run_count, t + p.run_time_ns));
+    if let Some(per_run) = run_ns.checked_div(runs) {
+        out.push_str(&format!(
+            "pipelock's programs: {runs} runs, {} in total, {} per run\n",
+            human_ns(run_ns),
+            human_ns(per_run)
+        ));
+    }
+    out.push_str(&format!(
+        "dropped events: {}\n{}\n",
+        if dropped.is_empty() {
+            "none".to_owned()
+        } else {
+            dropped.join(", ")
+        },
+        report.percentile_resolution
+    ));
+    out
+}
+
+fn abbreviate(items: &[String], keep: usize) -> String {
+    if items.len() <= keep {
+        items.join(" ")
+    } else {
+        format!("{} (+{} more)", items[..keep].join(" "), items.len() - keep)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::report::tests::sample;
+
+    #[test]
+    fn text_says_why_hold_is_missing_and_never_prints_zero_for_it() {
+        let text = render(&sample(), 20);
+        assert!(
+            !render(&sample(), 0).contains("herd(10)"),
+            "--top 0 shows no rows"
+        );
+        assert!(
+            text.contains("hold times: n/a (needs fentry or kprobe)"),
+            "{text}"
+        );
+        assert!(text.contains("pipe:[4242]"));
+        assert!(text.contains("n/a"));
+        assert!(
+            text.contains("dropped events: untimed on traced locks 2"),
+            "per-lock drops are summed: {text}"
+        );
+        assert!(text.contains("note: lockref: n/a in tracepoint mode"), "{text}");
+    }
+}

@@ -1,0 +1,28 @@
+//! Units on the command line, shared by the tracing commands and the
+//! workloads (which must not depend on each other).
+use std::time::Duration;
+
+/// A positive, finite number of seconds (fractions allowed).
+pub fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 365.0 {
+        return Err(format!("`{text}`: seconds must be greater than 0"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_must_be_positive() {
+        assert_eq!(parse_seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_seconds("0").is_err());
+        assert!(parse_seconds("-3").is_err());
+        assert!(parse_seconds("nan").is_err());
+        assert!(parse_seconds("soon").is_err());
+    }
+}
