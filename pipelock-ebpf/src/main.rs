@@ -3,12 +3,8 @@
 #![no_std]
 #![no_main]
 
-mod capability;
-mod contention;
-mod empty;
-mod lockref_hooks;
-mod pipe_contention;
-mod pipe_hooks;
+mod maps;
+mod probes;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -32,3 +32,6 @@ pub mod units;
 pub mod workload;
 
 pub use error::Error;
+
+#[cfg(test)]
+mod layering;

@@ -10,23 +10,16 @@
 //! The ratios are measured without run-time statistics (they add two clock
 //! reads to every program run); one more traced run per cell, with them on,
 //! gives every program's run count and run time.
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-};
-
 mod markdown;
+mod runs;
+
+use std::path::Path;
 
 use serde::Serialize;
 
 pub use self::markdown::to_markdown;
-use crate::{
-    Error,
-    bpf::AttachMode,
-    cli::OverheadArgs,
-    model::{ProgramStats, TraceReport},
-    output::Outputs,
-};
+use self::runs::{TracedBy, mode_refusal, perf_binary, scratch, traced, untraced};
+use crate::{Error, bpf::AttachMode, cli::OverheadArgs, model::ProgramStats, output::Outputs};
 
 /// Targets of the overhead issue; a row that misses one says so.
 pub const TRACEPOINT_TARGET: f64 = 0.97;
@@ -118,144 +111,6 @@ pub struct Results {
     pub skipped: Vec<String>,
 }
 
-fn exe() -> Result<PathBuf, Error> {
-    std::env::current_exe().map_err(|source| Error::Io {
-        what: "finding the pipelock binary",
-        source,
-    })
-}
-
-fn scratch(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("pipelock-overhead-{}-{name}", std::process::id()))
-}
-
-fn run_quietly(command: &mut Command) -> Result<(), Error> {
-    let out = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|source| Error::Io {
-            what: "running a benchmark step",
-            source,
-        })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-        return Err(Error::Usage(format!("{command:?} failed: {last}")));
-    }
-    Ok(())
-}
-
-/// The workload's figure and the CPU time its processes used (`getrusage`
-/// of the workers: the tracer's own loading is not in it).
-fn workload_result(result: &Path) -> Result<(f64, f64), Error> {
-    let report = crate::workload::report::load(result)?;
-    let run = report
-        .runs
-        .first()
-        .ok_or_else(|| Error::Usage(format!("{}: the workload finished no run", result.display())))?;
-    Ok((run.value, run.counters.task_clock_ms / 1e3))
-}
-
-/// `pipelock run CASE --no-counters -q --json F`, optionally wrapped.
-fn workload_command(wrapper: &[String], case: &Case, result: &Path) -> Result<Command, Error> {
-    let exe = exe()?;
-    let mut argv: Vec<String> = wrapper.to_vec();
-    argv.push(exe.display().to_string());
-    argv.extend(["run".to_owned()]);
-    argv.extend(case.args.iter().cloned());
-    argv.extend(["--no-counters", "-q", "--json"].map(str::to_owned));
-    argv.push(result.display().to_string());
-    let mut command = Command::new(&argv[0]);
-    command.args(&argv[1..]);
-    Ok(command)
-}
-
-/// Who traces a run.
-#[derive(Clone, Debug)]
-enum TracedBy {
-    Pipelock { mode: AttachMode, empty: bool },
-    Perf(PathBuf),
-}
-
-impl TracedBy {
-    fn label(&self) -> String {
-        match self {
-            Self::Pipelock { mode, empty: false } => mode.to_string(),
-            Self::Pipelock { mode, empty: true } => format!("{mode}, empty programs"),
-            Self::Perf(_) => "perf lock record".to_owned(),
-        }
-    }
-}
-
-/// What one traced run cost, from its trace report.
-struct Cost {
-    programs: Vec<ProgramStats>,
-    cpu_s: f64,
-    map_memory: Option<u64>,
-    collector_share: Option<f64>,
-}
-
-/// One run under `pipelock trace`; `bpf_stats` turns the kernel's run-time
-/// statistics on (for the cost table, not for a ratio).
-fn traced(mode: AttachMode, empty: bool, bpf_stats: bool, case: &Case) -> Result<(f64, Cost), Error> {
-    let (result, report_path) = (scratch("result.json"), scratch("trace.json"));
-    let mut wrapper: Vec<String> = [
-        exe()?.display().to_string(),
-        "trace".into(),
-        "--mode".into(),
-        mode.to_string(),
-        "--interval".into(),
-        "1".into(),
-        "--class".into(),
-        case.classes.into(),
-        "--json".into(),
-        report_path.display().to_string(),
-    ]
-    .into();
-    wrapper.extend(bpf_stats.then(|| "--bpf-stats".to_owned()));
-    wrapper.extend(empty.then(|| "--empty-programs".to_owned()));
-    wrapper.push("--".into());
-    run_quietly(&mut workload_command(&wrapper, case, &result)?)?;
-    let measured = workload_result(&result);
-    let report = read_trace_report(&report_path);
-    let _ = (std::fs::remove_file(&result), std::fs::remove_file(&report_path));
-    let ((value, cpu_s), report) = (measured?, report?);
-    let collector_share = report
-        .tracer_cpu_s
-        .filter(|_| report.duration_s > 0.0)
-        .map(|cpu| cpu / report.duration_s);
-    Ok((
-        value,
-        Cost {
-            map_memory: Some(report.maps.iter().filter_map(|m| m.memlock_bytes).sum()),
-            programs: report.programs,
-            cpu_s,
-            collector_share,
-        },
-    ))
-}
-
-/// A `trace --json` report, as the typed model it was written from.
-fn read_trace_report(path: &Path) -> Result<TraceReport, Error> {
-    let text = std::fs::read_to_string(path).map_err(Error::read(path))?;
-    serde_json::from_str(&text).map_err(|e| Error::Read {
-        path: path.to_owned(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("not a trace report: {e}"),
-        ),
-    })
-}
-
-fn untraced(case: &Case, wrapper: &[String]) -> Result<f64, Error> {
-    let result = scratch("result.json");
-    run_quietly(&mut workload_command(wrapper, case, &result)?)?;
-    let value = workload_result(&result).map(|(value, _)| value);
-    let _ = std::fs::remove_file(&result);
-    value
-}
-
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
@@ -266,31 +121,6 @@ fn median(values: &mut [f64]) -> f64 {
     } else {
         (values[n / 2 - 1] + values[n / 2]) / 2.0
     }
-}
-
-/// Whether `mode` attaches here: a tenth of a second of tracing.
-fn mode_refusal(mode: AttachMode) -> Result<Option<String>, Error> {
-    let out = Command::new(exe()?)
-        .args(["trace", "--mode", mode.name(), "--duration", "0.1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|source| Error::Io {
-            what: "probing an attach mode",
-            source,
-        })?;
-    Ok((!out.status.success()).then(|| {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-        format!("{mode}: {}", last.trim_start_matches("pipelock: error: "))
-    }))
-}
-
-fn perf_binary() -> Option<PathBuf> {
-    ["/usr/bin/perf", "/usr/local/bin/perf"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
 }
 
 /// The issue sets the tracepoint target on real hardware (this host) and the
@@ -485,6 +315,8 @@ pub fn run(options: &Options) -> Result<Results, Error> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]

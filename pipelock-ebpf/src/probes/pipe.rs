@@ -17,20 +17,12 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map},
-    maps::LruHashMap,
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use pipelock_common::{LCB_F_SPIN, LockInfo, TaskPipe, class, pipe_lock};
 
-use crate::pipe_contention::{LOCK_INFO, config, note_user, read, record, stats_of, wanted};
-
-/// One entry per thread that has done pipe I/O, kept between calls (`pipe`
-/// 0 while outside one) so that the per-call work is two lookups, not an
-/// insert and a delete (map updates take a bucket lock); LRU so threads
-/// that are gone make room.
-#[map]
-static TASK_PIPE: LruHashMap<u32, TaskPipe> = LruHashMap::with_max_entries(16384, 0);
+use crate::maps::{LOCK_INFO, TASK_PIPE, config, count_drop, note_user, read, record, stats_of, wanted};
 
 const CLASSES: [u32; pipe_lock::COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
 
@@ -75,7 +67,7 @@ fn enter_pipe_call(kiocb: u64) {
         ..TaskPipe::default()
     };
     if TASK_PIPE.insert(tid, state, 0).is_err() {
-        crate::pipe_contention::count_drop(pipelock_common::Drop::PendingFull);
+        count_drop(pipelock_common::Drop::PendingFull);
     }
 }
 

@@ -10,19 +10,12 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes},
-    macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::LruHashMap,
+    macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use pipelock_common::{Drop, LockInfo, TaskLockref, class};
 
-use crate::pipe_contention::{LOCK_INFO, config, count_drop, note_user, read, record, stats_of, wanted};
-
-/// One entry per thread, kept between calls (`depth` 0 outside a caller):
-/// `dput` runs on every path walk, and a lookup is much cheaper than an
-/// insert and a delete. LRU so threads that are gone make room.
-#[map]
-static TASK_LOCKREF: LruHashMap<u32, TaskLockref> = LruHashMap::with_max_entries(16384, 0);
+use crate::maps::{LOCK_INFO, TASK_LOCKREF, config, count_drop, note_user, read, record, stats_of, wanted};
 
 #[inline(always)]
 fn now() -> u64 {

@@ -1,0 +1,139 @@
+//! Every map and global the programs share with userspace, and the helpers
+//! that update them (statistics, identities, drops). Names are the ones in
+//! `pipelock_common::maps`.
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+};
+use pipelock_common::{
+    Drop, LockInfo, LockStats, LockUser, Pending, TaskLockref, TaskPipe, TraceConfig, hist_bucket,
+};
+
+/// Filled in by userspace at load time (`EbpfLoader::override_global`).
+#[unsafe(no_mangle)]
+pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
+    kiocb_filp: 0,
+    task_files: 0,
+    files_fdt: 0,
+    fdt_max_fds: 0,
+    fdt_fd: 0,
+    file_inode: 0,
+    file_private_data: 0,
+    inode_mode: 0,
+    inode_ino: 0,
+    pipe_rd_wait_lock: 0,
+    pipe_wr_wait_lock: 0,
+    regs_syscall_nr: 0,
+    regs_arg0: 0,
+    nr_read: 0,
+    nr_write: 0,
+    nr_readv: 0,
+    nr_writev: 0,
+    filter_tgid: 0,
+    class_mask: 0,
+    path_dentry: 0,
+    dentry_lockref: 0,
+    dentry_name: 0,
+    filter_comm_set: 0,
+    filter_comm: [0; 16],
+};
+
+/// Zeroed template for a lock's first per-CPU entry (too big for the stack).
+pub(crate) static EMPTY_STATS: LockStats = LockStats::EMPTY;
+
+#[map]
+pub(crate) static PENDING: HashMap<u32, Pending> = HashMap::with_max_entries(16384, 0);
+#[map]
+pub(crate) static LOCK_STATS: PerCpuHashMap<u64, LockStats> = PerCpuHashMap::with_max_entries(4096, 0);
+#[map]
+pub(crate) static LOCK_INFO: HashMap<u64, LockInfo> = HashMap::with_max_entries(4096, 0);
+#[map]
+pub(crate) static LOCK_USERS: HashMap<LockUser, [u8; 16]> = HashMap::with_max_entries(8192, 0);
+#[map]
+pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Drop::COUNT, 0);
+
+/// One entry per thread that has done pipe I/O, kept between calls (`pipe`
+/// 0 while outside one) so that the per-call work is two lookups, not an
+/// insert and a delete (map updates take a bucket lock); LRU so threads
+/// that are gone make room.
+#[map]
+pub(crate) static TASK_PIPE: LruHashMap<u32, TaskPipe> = LruHashMap::with_max_entries(16384, 0);
+
+/// One entry per thread, kept between calls (`depth` 0 outside a caller):
+/// `dput` runs on every path walk, and a lookup is much cheaper than an
+/// insert and a delete. LRU so threads that are gone make room.
+#[map]
+pub(crate) static TASK_LOCKREF: LruHashMap<u32, TaskLockref> = LruHashMap::with_max_entries(16384, 0);
+
+#[inline(always)]
+pub(crate) fn config() -> TraceConfig {
+    // SAFETY: a plain global; the volatile read keeps the compiler from
+    // folding the zero initialiser userspace overrides.
+    unsafe { core::ptr::read_volatile(&TRACE_CONFIG) }
+}
+
+/// The `-p`/`-c` filters: whether the current task is one to record.
+#[inline(always)]
+pub(crate) fn wanted(cfg: &TraceConfig, tgid: u32) -> bool {
+    if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
+        return false;
+    }
+    cfg.filter_comm_set == 0 || bpf_get_current_comm().is_ok_and(|comm| comm == cfg.filter_comm)
+}
+
+#[inline(always)]
+pub(crate) fn count_drop(reason: Drop) {
+    if let Some(slot) = DROPS.get_ptr_mut(reason as u32) {
+        // SAFETY: this CPU's slot; tracing programs do not preempt each other on a CPU.
+        unsafe { *slot += 1 };
+    }
+}
+
+#[inline(always)]
+pub(crate) fn read<T>(address: u64) -> Option<T> {
+    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+    unsafe { bpf_probe_read_kernel(address as *const T).ok() }
+}
+
+/// This CPU's statistics of `lock`, created empty on first use.
+#[inline(always)]
+pub(crate) fn stats_of(lock: u64) -> Option<*mut LockStats> {
+    if let Some(stats) = LOCK_STATS.get_ptr_mut(lock) {
+        return Some(stats);
+    }
+    // Another CPU may insert it meanwhile; only a full map is a drop.
+    let _ = LOCK_STATS.insert(&lock, &EMPTY_STATS, BPF_NOEXIST as u64);
+    let stats = LOCK_STATS.get_ptr_mut(lock);
+    if stats.is_none() {
+        count_drop(Drop::StatsFull);
+    }
+    stats
+}
+
+/// Adds one duration to a histogram (a per-CPU value: no atomics needed).
+#[inline(always)]
+pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
+    hist.count += 1;
+    hist.total_ns += ns;
+    if ns > hist.max_ns {
+        hist.max_ns = ns;
+    }
+    if let Some(slot) = hist.buckets.get_mut(hist_bucket(ns)) {
+        *slot += 1;
+    }
+}
+
+/// Records the process on `lock` once (it shows in the report's processes).
+#[inline(always)]
+pub(crate) fn note_user(lock: u64, tgid: u32) {
+    let user = LockUser { lock, tgid, _pad: 0 };
+    // SAFETY: a lookup; the comm is only fetched for a process not seen yet.
+    if unsafe { LOCK_USERS.get(user) }.is_none() {
+        let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        if LOCK_USERS.insert(user, comm, BPF_NOEXIST as u64).is_err() {
+            count_drop(Drop::UsersFull);
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The programs, by what they observe.
+mod capability;
+mod contention;
+mod empty;
+mod lockref;
+mod pipe;
+mod selftest;

@@ -1,0 +1,167 @@
+//! `cargo xtask vm-test`: the integration tests inside real distro kernels.
+//!
+//! For each kernel of `xtask/vm-kernels.txt`: fetch it (cached under
+//! target/vm), pack an initramfs with busybox, a static `pipelock` and the
+//! static integration-test binary, boot it under qemu TCG, echo the console,
+//! and judge the run from the console output (see `guest_log`).
+mod image;
+mod kernels;
+mod qemu;
+
+use std::{
+    fs,
+    path::Path,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+pub use self::kernels::{Kernel, Source, parse_kernel_list, selects};
+use self::{
+    image::{BUSYBOX, build_static, is_static, write_initramfs},
+    kernels::PrivateApt,
+    qemu::boot,
+};
+
+use crate::guest_log::{self, Counts, Verdict};
+
+pub struct Options {
+    /// Only kernels whose name contains one of these.
+    pub only: Vec<String>,
+    /// Per-kernel limit for boot + tests.
+    pub timeout: Duration,
+    /// Use KVM (opt-in: /dev/kvm hangs on the machines this was written on).
+    pub kvm: bool,
+    /// Keep the initramfs and print the qemu command, for debugging by hand.
+    pub verbose: bool,
+}
+
+/// One kernel's boot: its name, console log, whether it timed out, and the
+/// nonce of its result sentinel.
+pub struct Boot {
+    pub kernel: String,
+    pub log: String,
+    pub timed_out: bool,
+    pub nonce: String,
+}
+
+pub fn vm_test(root: &Path, tools: &crate::bootstrap::Tools, options: &Options) -> Result<Counts> {
+    let mut total = Counts::default();
+    let mut failures = Vec::new();
+    for boot in boot_each(root, tools, options, "/integration")? {
+        let judgement = guest_log::judge(
+            &boot.log,
+            &boot.nonce,
+            boot.timed_out.then_some(options.timeout.as_secs()),
+        );
+        let counts = judgement.counts.unwrap_or_default();
+        eprintln!(
+            "vm-test: {}: {} ({} passed, {} failed, {} skipped; log {})",
+            boot.kernel,
+            judgement.verdict,
+            counts.passed,
+            counts.failed,
+            counts.skipped,
+            root.join(format!("target/vm/{}.log", boot.kernel)).display()
+        );
+        total.passed += counts.passed;
+        total.skipped += counts.skipped;
+        total.failed += counts.failed;
+        if let Verdict::Failed(why) = judgement.verdict {
+            // A boot that died before the tests counts as one failure.
+            if counts.failed == 0 {
+                total.failed += 1;
+            }
+            failures.push(format!("{}: {why}", boot.kernel));
+        }
+    }
+    println!(
+        "vm-test: {} passed, {} failed, {} skipped",
+        total.passed, total.failed, total.skipped
+    );
+    if !failures.is_empty() {
+        bail!("vm-test failed on {}", failures.join("; "));
+    }
+    Ok(total)
+}
+
+/// Boots each selected kernel with `guest` as the command its /init runs
+/// (with /pipelock and /integration beside it); the logs are kept under
+/// target/vm.
+pub fn boot_each(
+    root: &Path,
+    tools: &crate::bootstrap::Tools,
+    options: &Options,
+    guest: &str,
+) -> Result<Vec<Boot>> {
+    let list = root.join("xtask/vm-kernels.txt");
+    let kernels = parse_kernel_list(&fs::read_to_string(&list).with_context(|| list.display().to_string())?)?;
+    // One private package list for every suite the kernel list names.
+    let mut suites: Vec<&str> = kernels
+        .iter()
+        .filter_map(|k| match &k.source {
+            Source::Apt { suite, .. } => Some(suite.as_str()),
+            Source::File(_) => None,
+        })
+        .collect();
+    suites.sort_unstable();
+    suites.dedup();
+
+    let selected: Vec<&Kernel> = kernels
+        .iter()
+        .filter(|k| options.only.is_empty() || options.only.iter().any(|o| selects(&k.name, o)))
+        .collect();
+    ensure!(
+        !selected.is_empty(),
+        "no kernel of {} matches {:?}",
+        list.display(),
+        options.only
+    );
+
+    ensure_host_packages()?;
+    let (pipelock, integration) = build_static(root, tools)?;
+    let vm_dir = root.join("target/vm");
+    let apt = PrivateApt::new(&vm_dir.join("apt"));
+
+    let mut boots = Vec::new();
+    for kernel in selected {
+        let image = match &kernel.source {
+            Source::File(path) => path.clone(),
+            Source::Apt { suite, glob } => apt.kernel_image(suite, glob, &vm_dir.join("kernels"), &suites)?,
+        };
+        let nonce = nonce();
+        let initramfs = vm_dir.join(format!("initramfs-{}.cpio", kernel.name));
+        write_initramfs(&initramfs, &pipelock, &integration, kernel, &nonce, guest)?;
+        let (log, timed_out) = boot(&kernel.name, &image, &initramfs, options)?;
+        fs::write(vm_dir.join(format!("{}.log", kernel.name)), &log)?;
+        if !options.verbose {
+            let _ = fs::remove_file(&initramfs);
+        }
+        boots.push(Boot {
+            kernel: kernel.name.clone(),
+            log,
+            timed_out,
+            nonce,
+        });
+    }
+    Ok(boots)
+}
+
+fn nonce() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}{:x}", nanos, std::process::id())
+}
+
+/// qemu and a static busybox come from Debian's packages.
+fn ensure_host_packages() -> Result<()> {
+    crate::bootstrap::ensure_debian_packages(&[
+        ("qemu-system-x86", &|| {
+            crate::bootstrap::which("qemu-system-x86_64").is_some()
+        }),
+        ("busybox-static", &|| {
+            Path::new(BUSYBOX).is_file() && is_static(Path::new(BUSYBOX))
+        }),
+    ])
+}
