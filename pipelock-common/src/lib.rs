@@ -30,6 +30,9 @@ pub mod programs {
     pub const PIPE_WRITE_EXIT: &str = "pipe_write_exit";
     pub const MUTEX_LOCK_ENTRY: &str = "mutex_lock_entry";
     pub const MUTEX_UNLOCK_ENTRY: &str = "mutex_unlock_entry";
+    /// `free_pipe_info`: a pipe is freed, its address may be reused.
+    pub const PIPE_FREE_ENTRY: &str = "pipe_free_entry";
+    pub const KP_PIPE_FREE_ENTRY: &str = "kp_pipe_free_entry";
     pub const SPIN_LOCK_IRQSAVE_ENTRY: &str = "spin_lock_irqsave_entry";
     pub const SPIN_LOCK_IRQSAVE_EXIT: &str = "spin_lock_irqsave_exit";
     pub const SPIN_UNLOCK_IRQRESTORE_ENTRY: &str = "spin_unlock_irqrestore_entry";
@@ -71,7 +74,7 @@ pub mod programs {
     /// Programs that do nothing, attached at the same hooks by `pipelock
     /// overhead` to measure the attach mechanism's own cost: one fentry/fexit
     /// pair per hook (a trampoline program is verified for one function).
-    pub const EMPTY_FENTRY: [&str; 12] = [
+    pub const EMPTY_FENTRY: [&str; 13] = [
         "empty_fentry_0",
         "empty_fentry_1",
         "empty_fentry_2",
@@ -84,8 +87,9 @@ pub mod programs {
         "empty_fentry_9",
         "empty_fentry_10",
         "empty_fentry_11",
+        "empty_fentry_12",
     ];
-    pub const EMPTY_FEXIT: [&str; 12] = [
+    pub const EMPTY_FEXIT: [&str; 13] = [
         "empty_fexit_0",
         "empty_fexit_1",
         "empty_fexit_2",
@@ -98,6 +102,7 @@ pub mod programs {
         "empty_fexit_9",
         "empty_fexit_10",
         "empty_fexit_11",
+        "empty_fexit_12",
     ];
     pub const EMPTY_KPROBE: &str = "empty_kprobe";
     pub const EMPTY_KRETPROBE: &str = "empty_kretprobe";
@@ -107,14 +112,19 @@ pub mod programs {
 pub mod maps {
     /// `PerCpuArray<u64>` with one slot: `lock:contention_begin` events seen.
     pub const CONTENTION_BEGIN_COUNT: &str = "CONTENTION_BEGIN_COUNT";
-    /// `HashMap<u32 tid, Pending>`: a contended acquisition in progress.
+    /// `LruHashMap<PendingKey, Pending>`: a contended acquisition in progress.
     pub const PENDING: &str = "PENDING";
-    /// `PerCpuHashMap<u64 lock address, LockStats>`.
-    pub const LOCK_STATS: &str = "LOCK_STATS";
+    /// `PerCpuHashMap<LockKey, LockStats>`, twice: the programs add to the
+    /// one `STATS_SLOT` names while userspace drains the other.
+    pub const LOCK_STATS: [&str; 2] = ["LOCK_STATS_A", "LOCK_STATS_B"];
+    /// `Array<u32>` with one slot: which of `LOCK_STATS` the programs use.
+    pub const STATS_SLOT: &str = "STATS_SLOT";
     /// `HashMap<u32 tid, TaskPipe>`: fentry mode, the pipe a task is reading or writing.
     pub const TASK_PIPE: &str = "TASK_PIPE";
-    /// `HashMap<u64 lock address, LockInfo>`: what the lock belongs to.
+    /// `LruHashMap<LockKey, LockInfo>`: what the lock belongs to.
     pub const LOCK_INFO: &str = "LOCK_INFO";
+    /// `Array<u64>` with one slot: pipes freed since attach (hooked modes).
+    pub const PIPE_FREES: &str = "PIPE_FREES";
     /// `HashMap<LockUser, [u8; 16]>`: processes (and their comm) seen on a lock.
     pub const LOCK_USERS: &str = "LOCK_USERS";
     /// `HashMap<u32 tid, TaskLockref>`: a lockref caller in progress.
@@ -149,24 +159,36 @@ pub enum Drop {
     PendingFull = 0,
     /// `LOCK_STATS` was full: a new lock could not be added.
     StatsFull = 1,
-    /// A `contention_end` without a matching begin (attached mid-wait).
-    UnmatchedEnd = 2,
-    /// A begin on another lock while one was pending (nested contention).
-    Nested = 3,
+    /// A spinlock's `contention_begin` found the thread still waiting for
+    /// that lock: the previous wait's end was never seen (it fired inside
+    /// another BPF program), so that wait is lost and timing restarts.
+    StalePending = 2,
     /// `LOCK_USERS` was full: a process on a lock was not recorded.
-    UsersFull = 4,
+    UsersFull = 3,
 }
 
 impl Drop {
-    pub const COUNT: u32 = 5;
-    pub const ALL: [Self; 5] = [
+    pub const COUNT: u32 = 4;
+    pub const ALL: [Self; 4] = [
         Self::PendingFull,
         Self::StatsFull,
-        Self::UnmatchedEnd,
-        Self::Nested,
+        Self::StalePending,
         Self::UsersFull,
     ];
+
+    /// How the report names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PendingFull => "pending_full",
+            Self::StatsFull => "stats_full",
+            Self::StalePending => "stale_pending",
+            Self::UsersFull => "users_full",
+        }
+    }
 }
+
+/// `LCB_F_MUTEX`: a mutex, whose one acquisition may emit several begins.
+pub const LCB_F_MUTEX: u32 = 0x20;
 
 /// `LCB_F_SPIN` of `lock:contention_begin`: the waiter spins (optimistic
 /// spinning on a mutex, or a spinlock).
@@ -202,20 +224,36 @@ pub struct TraceConfig {
     pub filter_tgid: u32,
     /// Bit `1 << class` set for each class to record.
     pub class_mask: u32,
-    /// `path.dentry`, `dentry.d_lockref.lock`, `dentry.d_name.name`.
+    /// `path.dentry`, `dentry.d_lockref.lock`, `dentry.d_name.name`,
+    /// `dentry.d_name.hash_len`.
     pub path_dentry: u32,
     pub dentry_lockref: u32,
     pub dentry_name: u32,
+    pub dentry_hash: u32,
     /// Non-zero: only tasks whose comm is `filter_comm` (NUL-padded).
     pub filter_comm_set: u32,
     pub filter_comm: [u8; 16],
 }
 
-/// A contended acquisition in progress, keyed by thread id.
+/// Key of `PENDING`: a thread waiting for a lock. A thread can wait for two
+/// at once (a mutex's slow path takes its `wait_lock` spinlock; an interrupt
+/// contends a lock on top of a waiting task), and each pair has its own
+/// begin and end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PendingKey {
+    pub tid: u32,
+    pub _pad: u32,
+    pub lock: u64,
+}
+
+/// A contended acquisition in progress.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pending {
     pub lock: u64,
+    /// [`LockKey::owner`] of the lock, learnt at the first begin.
+    pub owner: u64,
     pub start_ns: u64,
     pub class: u32,
     /// OR of the flags of every `contention_begin` of this acquisition.
@@ -284,12 +322,16 @@ pub struct TaskPipe {
     pub contended: [u32; pipe_lock::COUNT],
     /// AND of those begins' flags (`LCB_F_SPIN` kept: it only spun).
     pub flags_and: [u32; pipe_lock::COUNT],
-    /// Bit `1 << index`: that lock of `noted_pipe` has its `LOCK_INFO` entry
-    /// (entries are never removed, so this holds until the pipe changes).
+    /// Bit `1 << index`: that lock of `noted_pipe` has its `LOCK_INFO` entry.
     pub registered: u32,
     pub _pad: u32,
     /// The pipe this thread was last recorded on in `LOCK_USERS`.
     pub noted_pipe: u64,
+    /// That pipe's inode number: the [`LockKey::owner`] of its locks.
+    pub ino: u64,
+    /// `PIPE_FREES` when `noted_pipe` was checked: once any pipe has been
+    /// freed since, the address may now be another pipe's, and is checked again.
+    pub frees_seen: u64,
 }
 
 /// What a traced lock belongs to.
@@ -320,17 +362,32 @@ pub struct TaskLockref {
     pub spin_start: u64,
     /// When that spinlock was acquired (0: not held).
     pub hold_start: u64,
+    /// `d_name.hash_len` at entry: the [`LockKey::owner`] of this lockref.
+    pub owner: u64,
     /// Nested caller calls (a `dput` inside a `dput`): only the outermost is timed.
     pub depth: u32,
     /// The call fell back to the spinlock.
     pub fell_back: u32,
 }
 
+/// One lock instance: its address, and what it belongs to at that address.
+/// Freed memory is handed out again (a new pipe often lands where a dead
+/// one was), so the address alone would merge unrelated locks into one row.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockKey {
+    pub lock: u64,
+    /// The pipe's inode number for a pipe's locks and for other locks
+    /// contended inside its calls; the dentry's name hash (`d_name.hash_len`)
+    /// for a lockref.
+    pub owner: u64,
+}
+
 /// Key of `LOCK_USERS`: a process seen contending a lock.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LockUser {
-    pub lock: u64,
+    pub key: LockKey,
     pub tgid: u32,
     pub _pad: u32,
 }
@@ -401,6 +458,8 @@ mod user {
     unsafe impl aya::Pod for super::LockStats {}
     unsafe impl aya::Pod for super::LockInfo {}
     unsafe impl aya::Pod for super::LockUser {}
+    unsafe impl aya::Pod for super::LockKey {}
+    unsafe impl aya::Pod for super::PendingKey {}
     unsafe impl aya::Pod for super::TaskPipe {}
     unsafe impl aya::Pod for super::TaskLockref {}
 }

@@ -2,6 +2,14 @@
 //! `pipelock-user/build.rs` (aya-build) and embedded in the `pipelock` binary.
 #![no_std]
 #![no_main]
+// The BPF target has no atomic read-modify-write in `core::sync::atomic`
+// (only loads and stores), but LLVM lowers `atomicrmw add` to BPF's
+// `lock … +=`: the intrinsic reaches it.
+#![feature(core_intrinsics)]
+#![expect(
+    internal_features,
+    reason = "core_intrinsics, for atomic adds on the BPF target"
+)]
 
 mod maps;
 mod probes;

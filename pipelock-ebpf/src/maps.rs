@@ -5,10 +5,11 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
 };
 use pipelock_common::{
-    Drop, LockInfo, LockStats, LockUser, Pending, TaskLockref, TaskPipe, TraceConfig, hist_bucket,
+    Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, TaskLockref, TaskPipe, TraceConfig,
+    hist_bucket,
 };
 
 /// Filled in by userspace at load time (`EbpfLoader::override_global`).
@@ -36,6 +37,7 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
     path_dentry: 0,
     dentry_lockref: 0,
     dentry_name: 0,
+    dentry_hash: 0,
     filter_comm_set: 0,
     filter_comm: [0; 16],
 };
@@ -44,11 +46,27 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
 pub(crate) static EMPTY_STATS: LockStats = LockStats::EMPTY;
 
 #[map]
-pub(crate) static PENDING: HashMap<u32, Pending> = HashMap::with_max_entries(16384, 0);
+/// LRU: an end the programs never see (it fired inside another BPF
+/// program) must not keep its entry forever.
+pub(crate) static PENDING: LruHashMap<PendingKey, Pending> = LruHashMap::with_max_entries(16384, 0);
+/// Two statistics maps: the programs add to the one `STATS_SLOT` names;
+/// userspace switches the slot, waits an RCU grace period (no program still
+/// holds a pointer into the other map), then reads and empties that one. A
+/// drained entry is never recycled under a program writing to it.
 #[map]
-pub(crate) static LOCK_STATS: PerCpuHashMap<u64, LockStats> = PerCpuHashMap::with_max_entries(4096, 0);
+pub(crate) static LOCK_STATS_A: PerCpuHashMap<LockKey, LockStats> = PerCpuHashMap::with_max_entries(4096, 0);
 #[map]
-pub(crate) static LOCK_INFO: HashMap<u64, LockInfo> = HashMap::with_max_entries(4096, 0);
+pub(crate) static LOCK_STATS_B: PerCpuHashMap<LockKey, LockStats> = PerCpuHashMap::with_max_entries(4096, 0);
+#[map]
+pub(crate) static STATS_SLOT: Array<u32> = Array::with_max_entries(1, 0);
+/// LRU: on a busy system lock instances come and go by the thousand; the
+/// oldest identities make room (userspace keeps what it has read).
+#[map]
+pub(crate) static LOCK_INFO: LruHashMap<LockKey, LockInfo> = LruHashMap::with_max_entries(16384, 0);
+/// Pipes freed since attach (hooked modes): a thread that knows a pipe by
+/// its address checks its identity again once any pipe has been freed.
+#[map]
+pub(crate) static PIPE_FREES: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 pub(crate) static LOCK_USERS: HashMap<LockUser, [u8; 16]> = HashMap::with_max_entries(8192, 0);
 #[map]
@@ -83,6 +101,24 @@ pub(crate) fn wanted(cfg: &TraceConfig, tgid: u32) -> bool {
     cfg.filter_comm_set == 0 || bpf_get_current_comm().is_ok_and(|comm| comm == cfg.filter_comm)
 }
 
+/// `*at += value`, atomically (BPF's `lock *(u64 *)(r + 0) += v`).
+///
+/// # Safety
+/// `at` points at a live, 8-byte aligned map value.
+#[inline(always)]
+pub(crate) unsafe fn atomic_add(at: *mut u64, value: u64) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(at, value)
+    };
+}
+
+/// How many pipes have been freed since attach.
+#[inline(always)]
+pub(crate) fn pipe_frees() -> u64 {
+    PIPE_FREES.get(0).copied().unwrap_or(0)
+}
+
 #[inline(always)]
 pub(crate) fn count_drop(reason: Drop) {
     if let Some(slot) = DROPS.get_ptr_mut(reason as u32) {
@@ -97,15 +133,20 @@ pub(crate) fn read<T>(address: u64) -> Option<T> {
     unsafe { bpf_probe_read_kernel(address as *const T).ok() }
 }
 
-/// This CPU's statistics of `lock`, created empty on first use.
+/// This CPU's statistics of a lock, created empty on first use.
 #[inline(always)]
-pub(crate) fn stats_of(lock: u64) -> Option<*mut LockStats> {
-    if let Some(stats) = LOCK_STATS.get_ptr_mut(lock) {
+pub(crate) fn stats_of(key: &LockKey) -> Option<*mut LockStats> {
+    let map = if STATS_SLOT.get(0).copied().unwrap_or(0) == 0 {
+        &LOCK_STATS_A
+    } else {
+        &LOCK_STATS_B
+    };
+    if let Some(stats) = map.get_ptr_mut(key) {
         return Some(stats);
     }
     // Another CPU may insert it meanwhile; only a full map is a drop.
-    let _ = LOCK_STATS.insert(&lock, &EMPTY_STATS, BPF_NOEXIST as u64);
-    let stats = LOCK_STATS.get_ptr_mut(lock);
+    let _ = map.insert(key, &EMPTY_STATS, BPF_NOEXIST as u64);
+    let stats = map.get_ptr_mut(key);
     if stats.is_none() {
         count_drop(Drop::StatsFull);
     }
@@ -125,10 +166,10 @@ pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
     }
 }
 
-/// Records the process on `lock` once (it shows in the report's processes).
+/// Records the process on a lock once (it shows in the report's processes).
 #[inline(always)]
-pub(crate) fn note_user(lock: u64, tgid: u32) {
-    let user = LockUser { lock, tgid, _pad: 0 };
+pub(crate) fn note_user(key: LockKey, tgid: u32) {
+    let user = LockUser { key, tgid, _pad: 0 };
     // SAFETY: a lookup; the comm is only fetched for a process not seen yet.
     if unsafe { LOCK_USERS.get(user) }.is_none() {
         let comm = bpf_get_current_comm().unwrap_or([0; 16]);

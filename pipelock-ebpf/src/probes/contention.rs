@@ -13,13 +13,13 @@ use aya_ebpf::{
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
-use pipelock_common::{Drop, LCB_F_SPIN, LockInfo, Pending, TraceConfig, class};
+use pipelock_common::{
+    Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, PendingKey, TraceConfig, class,
+};
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 
-use crate::maps::{
-    EMPTY_STATS, LOCK_INFO, LOCK_STATS, PENDING, config, count_drop, note_user, read, record, wanted,
-};
+use crate::maps::{LOCK_INFO, PENDING, config, count_drop, note_user, read, record, stats_of, wanted};
 
 const S_IFMT: u16 = 0o170000;
 const S_IFIFO: u16 = 0o010000;
@@ -68,20 +68,26 @@ fn classify(cfg: &TraceConfig, lock: u64) -> Option<(u32, u64, u64)> {
 #[inline(always)]
 fn on_begin(lock: u64, flags: u32) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tid = pid_tgid as u32;
+    let waiting = PendingKey {
+        tid: pid_tgid as u32,
+        _pad: 0,
+        lock,
+    };
     // One mutex acquisition can emit several begins (spin, then sleep, then
-    // again after each wake-up) but exactly one end: keep the first.
-    if let Some(pending) = PENDING.get_ptr_mut(tid) {
+    // again after each wake-up) but exactly one end: keep the first. Any
+    // other lock emits one begin per acquisition, so an open wait found here
+    // is one whose end was missed: it restarts.
+    if let Some(pending) = PENDING.get_ptr_mut(&waiting) {
         // SAFETY: a value of this map; only this task updates its entry.
         unsafe {
-            if (*pending).lock == lock {
+            if flags & LCB_F_MUTEX != 0 {
                 (*pending).flags_or |= flags;
                 (*pending).flags_and &= flags;
-            } else {
-                count_drop(Drop::Nested);
+                return;
             }
         }
-        return;
+        count_drop(Drop::StalePending);
+        let _ = PENDING.remove(&waiting);
     }
     let cfg = config();
     let tgid = (pid_tgid >> 32) as u32;
@@ -94,61 +100,58 @@ fn on_begin(lock: u64, flags: u32) {
     if cfg.class_mask & (1 << class) == 0 {
         return;
     }
+    // Each lock is one row per pipe: a run-queue lock contended in calls on
+    // pipes A and B is two rows, and a pipe at a freed pipe's address a new one.
+    let key = LockKey { lock, owner: ino };
     let pending = Pending {
         lock,
+        owner: ino,
         start_ns: unsafe { bpf_ktime_get_ns() },
         class,
         flags_or: flags,
         flags_and: flags,
         _pad: 0,
     };
-    if PENDING.insert(tid, pending, 0).is_err() {
+    if PENDING.insert(&waiting, &pending, 0).is_err() {
         count_drop(Drop::PendingFull);
         return;
     }
-    let info = LockInfo {
-        pipe,
-        ino,
-        class,
-        _pad: 0,
-        name: [0; 32],
-    };
-    let _ = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64);
-    note_user(lock, tgid);
+    // A lookup first: a refused insert into an LRU map still takes a node
+    // off its free list and puts it back.
+    // SAFETY: a lookup only.
+    if unsafe { LOCK_INFO.get(&key) }.is_none() {
+        let info = LockInfo {
+            pipe,
+            ino,
+            class,
+            _pad: 0,
+            name: [0; 32],
+        };
+        let _ = LOCK_INFO.insert(&key, &info, BPF_NOEXIST as u64);
+    }
+    note_user(key, tgid);
 }
 
 #[inline(always)]
 fn on_end(lock: u64) {
-    let tid = bpf_get_current_pid_tgid() as u32;
+    let waiting = PendingKey {
+        tid: bpf_get_current_pid_tgid() as u32,
+        _pad: 0,
+        lock,
+    };
     // SAFETY: a value of this map, copied out before removal.
-    let Some(pending) = (unsafe { PENDING.get(tid) }).copied() else {
+    let Some(pending) = (unsafe { PENDING.get(&waiting) }).copied() else {
         return;
     };
-    if pending.lock != lock {
-        count_drop(Drop::UnmatchedEnd);
-        return;
-    }
-    let _ = PENDING.remove(tid);
+    let _ = PENDING.remove(&waiting);
     // SAFETY: no preconditions.
     let wait = unsafe { bpf_ktime_get_ns() }.saturating_sub(pending.start_ns);
-    let stats = match LOCK_STATS.get_ptr_mut(lock) {
-        Some(stats) => stats,
-        None => {
-            if LOCK_STATS
-                .insert(&lock, &EMPTY_STATS, BPF_NOEXIST as u64)
-                .is_err()
-            {
-                // Another CPU may have inserted it meanwhile; only a full map is a drop.
-                if LOCK_STATS.get_ptr_mut(lock).is_none() {
-                    count_drop(Drop::StatsFull);
-                    return;
-                }
-            }
-            match LOCK_STATS.get_ptr_mut(lock) {
-                Some(stats) => stats,
-                None => return,
-            }
-        }
+    let key = LockKey {
+        lock,
+        owner: pending.owner,
+    };
+    let Some(stats) = stats_of(&key) else {
+        return;
     };
     // SAFETY: this CPU's copy of the value; not shared with other CPUs.
     unsafe {

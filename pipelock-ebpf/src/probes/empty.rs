@@ -37,6 +37,7 @@ empty_trampolines!(
     empty_fentry_9 empty_fexit_9,
     empty_fentry_10 empty_fexit_10,
     empty_fentry_11 empty_fexit_11,
+    empty_fentry_12 empty_fexit_12,
 );
 
 #[kprobe]

@@ -13,7 +13,7 @@ use aya_ebpf::{
     macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
-use pipelock_common::{Drop, LockInfo, TaskLockref, class};
+use pipelock_common::{Drop, LockInfo, LockKey, TaskLockref, class};
 
 use crate::maps::{LOCK_INFO, TASK_LOCKREF, config, count_drop, note_user, read, record, stats_of, wanted};
 
@@ -38,6 +38,9 @@ fn enter(dentry: u64) {
     let fresh = TaskLockref {
         lockref: dentry + cfg.dentry_lockref as u64,
         dentry,
+        // The name's hash tells a dentry from the one that had its address
+        // before it (the name itself is read once per lock, below).
+        owner: read::<u64>(dentry + cfg.dentry_hash as u64).unwrap_or(0),
         start: now(),
         depth: 1,
         ..TaskLockref::default()
@@ -75,7 +78,11 @@ fn leave() {
         return;
     }
     let done = *state;
-    let Some(stats) = stats_of(done.lockref) else {
+    let key = LockKey {
+        lock: done.lockref,
+        owner: done.owner,
+    };
+    let Some(stats) = stats_of(&key) else {
         return;
     };
     // SAFETY: this CPU's copy of the value.
@@ -91,7 +98,7 @@ fn leave() {
         record(&mut (*stats).wait, now().saturating_sub(done.start));
     }
     // SAFETY: a lookup only; the name is read once per lock.
-    if unsafe { LOCK_INFO.get(done.lockref) }.is_none() {
+    if unsafe { LOCK_INFO.get(&key) }.is_none() {
         let mut info = LockInfo {
             pipe: done.dentry,
             ino: 0,
@@ -103,9 +110,9 @@ fn leave() {
             // SAFETY: the helper bounds the copy to the buffer and fails cleanly.
             let _ = unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, &mut info.name) };
         }
-        let _ = LOCK_INFO.insert(done.lockref, info, BPF_NOEXIST as u64);
+        let _ = LOCK_INFO.insert(&key, &info, BPF_NOEXIST as u64);
     }
-    note_user(done.lockref, (pid_tgid >> 32) as u32);
+    note_user(key, (pid_tgid >> 32) as u32);
 }
 
 /// `spin_lock` inside a caller, on the caller's own dentry lock.
@@ -149,7 +156,11 @@ fn spin_released(lock: u64) {
     }
     let held = now().saturating_sub(state.hold_start);
     state.hold_start = 0;
-    if let Some(stats) = stats_of(lock) {
+    let key = LockKey {
+        lock,
+        owner: state.owner,
+    };
+    if let Some(stats) = stats_of(&key) {
         // SAFETY: this CPU's copy of the value.
         unsafe { record(&mut (*stats).hold, held) };
     }

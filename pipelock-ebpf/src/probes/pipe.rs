@@ -20,9 +20,12 @@ use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
-use pipelock_common::{LCB_F_SPIN, LockInfo, TaskPipe, class, pipe_lock};
+use pipelock_common::{LCB_F_SPIN, LockInfo, LockKey, TaskPipe, class, pipe_lock};
 
-use crate::maps::{LOCK_INFO, TASK_PIPE, config, count_drop, note_user, read, record, stats_of, wanted};
+use crate::maps::{
+    LOCK_INFO, PIPE_FREES, TASK_PIPE, config, count_drop, note_user, pipe_frees, read, record, stats_of,
+    wanted,
+};
 
 const CLASSES: [u32; pipe_lock::COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
 
@@ -73,24 +76,44 @@ fn enter_pipe_call(kiocb: u64) {
 
 /// The first mutex a pipe read or write takes is its pipe's (`&pipe->mutex
 /// == pipe`, taken before anything else). A thread's first call on a pipe
-/// checks that against `kiocb->ki_filp->private_data` and records the
-/// process on the pipe; later calls on the same pipe trust it, so the two
-/// reads of kernel memory happen once per thread and pipe, not per call.
+/// checks that against `kiocb->ki_filp->private_data`, learns the pipe's
+/// inode number and records the process on the pipe; later calls on the
+/// same pipe trust it, so those reads of kernel memory happen once per
+/// thread and pipe, not per call. Once any pipe has been freed the address
+/// may belong to a new pipe, so it is checked again.
 #[inline(always)]
 fn adopt_pipe(state: &mut TaskPipe, lock: u64, tgid: u32) -> bool {
-    if lock != state.noted_pipe {
+    let frees = pipe_frees();
+    if lock != state.noted_pipe || frees != state.frees_seen {
         let cfg = config();
-        let pipe = read::<u64>(state.kiocb + cfg.kiocb_filp as u64)
-            .and_then(|file| read::<u64>(file + cfg.file_private_data as u64));
-        if pipe != Some(lock) {
+        let Some(file) = read::<u64>(state.kiocb + cfg.kiocb_filp as u64) else {
+            return false;
+        };
+        if read::<u64>(file + cfg.file_private_data as u64) != Some(lock) {
             return false;
         }
-        note_user(lock, tgid);
+        let ino = read::<u64>(file + cfg.file_inode as u64)
+            .and_then(|inode| read::<u64>(inode + cfg.inode_ino as u64))
+            .unwrap_or(0);
+        if lock != state.noted_pipe || ino != state.ino {
+            note_user(LockKey { lock, owner: ino }, tgid);
+            state.registered = 0;
+        }
         state.noted_pipe = lock;
-        state.registered = 0;
+        state.ino = ino;
+        state.frees_seen = frees;
     }
     state.pipe = lock;
     true
+}
+
+/// `free_pipe_info(pipe)`: from now on a pipe's address is not its identity.
+#[inline(always)]
+fn pipe_freed() {
+    if let Some(frees) = PIPE_FREES.get_ptr_mut(0) {
+        // SAFETY: the map's one slot; an atomic add, as every CPU frees pipes.
+        unsafe { crate::maps::atomic_add(frees, 1) };
+    }
 }
 
 #[inline(always)]
@@ -228,20 +251,19 @@ fn acquired_at(state: &mut TaskPipe, index: usize, lock: u64) {
 fn register(state: &mut TaskPipe, index: usize, lock: u64) {
     if state.registered & (1 << index) == 0 {
         // SAFETY: a lookup only.
-        if unsafe { LOCK_INFO.get(lock) }.is_none() {
-            let cfg = config();
-            let ino = read::<u64>(state.kiocb + cfg.kiocb_filp as u64)
-                .and_then(|file| read::<u64>(file + cfg.file_inode as u64))
-                .and_then(|inode| read::<u64>(inode + cfg.inode_ino as u64))
-                .unwrap_or(0);
+        let key = LockKey {
+            lock,
+            owner: state.ino,
+        };
+        if unsafe { LOCK_INFO.get(&key) }.is_none() {
             let info = LockInfo {
                 pipe: state.pipe,
-                ino,
+                ino: state.ino,
                 class: CLASSES[index],
                 _pad: 0,
                 name: [0; 32],
             };
-            let _ = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64);
+            let _ = LOCK_INFO.insert(&key, &info, BPF_NOEXIST as u64);
         }
         state.registered |= 1 << index;
     }
@@ -260,7 +282,11 @@ fn released(lock: u64) {
     let start = state.hold_start[index];
     state.hold_start[index] = 0;
     state.wait_start[index] = 0;
-    let Some(stats) = stats_of(lock) else { return };
+    let key = LockKey {
+        lock,
+        owner: state.ino,
+    };
+    let Some(stats) = stats_of(&key) else { return };
     // SAFETY: this CPU's copy of the value.
     let stats = unsafe { &mut *stats };
     if start == 0 {
@@ -315,6 +341,12 @@ pub fn mutex_lock_entry(ctx: FEntryContext) -> i32 {
 #[fentry]
 pub fn mutex_unlock_entry(ctx: FEntryContext) -> i32 {
     released(ctx.arg(0));
+    0
+}
+
+#[fentry]
+pub fn pipe_free_entry(_ctx: FEntryContext) -> i32 {
+    pipe_freed();
     0
 }
 
@@ -425,6 +457,12 @@ pub fn kp_mutex_unlock_entry(ctx: ProbeContext) -> u32 {
     if let Some(lock) = ctx.arg::<u64>(0) {
         released(lock);
     }
+    0
+}
+
+#[kprobe]
+pub fn kp_pipe_free_entry(_ctx: ProbeContext) -> u32 {
+    pipe_freed();
     0
 }
 

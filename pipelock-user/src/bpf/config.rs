@@ -56,6 +56,7 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         path_dentry: off("path", "dentry")?,
         dentry_lockref: off("dentry", "d_lockref.lock")?,
         dentry_name: off("dentry", "d_name.name")?,
+        dentry_hash: off("dentry", "d_name.hash_len")?,
         filter_comm_set: u32::from(filters.comm.is_some()),
         filter_comm: comm_bytes(filters.comm.as_deref().unwrap_or(""))?,
     })

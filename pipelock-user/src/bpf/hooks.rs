@@ -54,7 +54,7 @@ const fn row(
 
 /// Every hook, in attach order. `pipelock_common::programs::EMPTY_FENTRY[i]`
 /// is the do-nothing program `overhead` attaches in place of row `i`'s.
-pub const HOOKS: [HookRow; 12] = {
+pub const HOOKS: [HookRow; 13] = {
     let spin = (KP_SPIN_LOCK_ENTRY, Some(KP_SPIN_LOCK_EXIT));
     let unspin = (KP_SPIN_UNLOCK_ENTRY, None);
     [
@@ -94,6 +94,16 @@ pub const HOOKS: [HookRow; 12] = {
             (MUTEX_UNLOCK_ENTRY, None),
             (KP_MUTEX_UNLOCK_ENTRY, None),
             true,
+        ),
+        // Optional: without it a thread that knew a pipe by its address keeps
+        // that pipe's identity when a new pipe takes the freed address.
+        row(
+            "pipe free",
+            &["free_pipe_info"],
+            PIPE,
+            (PIPE_FREE_ENTRY, None),
+            (KP_PIPE_FREE_ENTRY, None),
+            false,
         ),
         row(
             "spinlock irqsave",
@@ -221,6 +231,7 @@ pub const REPORTED_FUNCTIONS: &[&str] = &[
     "mutex_lock",
     "mutex_lock_nested",
     "mutex_unlock",
+    "free_pipe_info",
     "_raw_spin_lock",
     "_raw_spin_unlock",
     "_raw_spin_lock_irq",

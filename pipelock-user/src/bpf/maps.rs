@@ -7,9 +7,9 @@ use std::{
 
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, Map, MapError, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap as BpfHashMap, Map, MapError, PerCpuArray, PerCpuHashMap},
 };
-use pipelock_common::{Drop, LockInfo, LockStats, LockUser, Pending, maps};
+use pipelock_common::{Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, maps};
 
 use crate::{
     Error,
@@ -28,52 +28,103 @@ fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a Map, Error> {
     })
 }
 
-/// Every traced lock's statistics, the CPUs merged.
-pub fn read_stats(ebpf: &Ebpf) -> Result<HashMap<u64, LockStats>, Error> {
-    let stats: PerCpuHashMap<_, u64, LockStats> =
-        PerCpuHashMap::try_from(map(ebpf, maps::LOCK_STATS)?).map_err(map_err(maps::LOCK_STATS))?;
-    let mut merged = HashMap::new();
+/// Statistics by lock, the CPUs merged.
+pub type Stats = HashMap<LockKey, LockStats>;
+
+/// Adds one statistics map's entries to `into`.
+fn add_stats(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<(), Error> {
+    let stats: PerCpuHashMap<_, LockKey, LockStats> =
+        PerCpuHashMap::try_from(map(ebpf, name)?).map_err(map_err(name))?;
     for entry in stats.iter() {
-        let (lock, per_cpu) = entry.map_err(map_err(maps::LOCK_STATS))?;
-        let total = merged.entry(lock).or_insert(LockStats::EMPTY);
+        let (key, per_cpu) = entry.map_err(map_err(name))?;
+        let total = into.entry(key).or_insert(LockStats::EMPTY);
         for cpu in per_cpu.iter() {
             merge_stats(total, cpu);
         }
     }
+    Ok(())
+}
+
+/// Every traced lock's statistics not drained yet (both maps), the CPUs merged.
+pub fn read_stats(ebpf: &Ebpf) -> Result<Stats, Error> {
+    let mut merged = HashMap::new();
+    for name in maps::LOCK_STATS {
+        add_stats(ebpf, name, &mut merged)?;
+    }
     Ok(merged)
 }
 
-/// Reads the statistics and removes what was read from the kernel, so the
-/// next read holds only what happened since (klockstat's `-i`). An event
-/// landing on a lock between its read and its removal is lost: a window of
-/// microseconds per lock.
-pub fn take_stats(ebpf: &mut Ebpf) -> Result<HashMap<u64, LockStats>, Error> {
-    let stats = read_stats(ebpf)?;
-    let map = ebpf.map_mut(maps::LOCK_STATS).ok_or_else(|| Error::Missing {
+/// Takes everything the programs recorded since the last call: the
+/// programs are switched to the other statistics map, an RCU grace period
+/// passes (every program that could still hold a pointer into the old map
+/// has returned), then the old map is read and emptied. Nothing is lost or
+/// counted twice, whatever runs meanwhile.
+pub fn take_stats(ebpf: &mut Ebpf) -> Result<Stats, Error> {
+    let slot_map = ebpf.map_mut(maps::STATS_SLOT).ok_or_else(|| Error::Missing {
         kind: "map",
-        name: maps::LOCK_STATS.to_owned(),
+        name: maps::STATS_SLOT.to_owned(),
     })?;
-    let mut live: PerCpuHashMap<_, u64, LockStats> =
-        PerCpuHashMap::try_from(map).map_err(map_err(maps::LOCK_STATS))?;
-    for lock in stats.keys() {
-        // Already gone is fine: nothing else removes entries.
-        let _ = live.remove(lock);
+    let mut slot: Array<_, u32> = Array::try_from(slot_map).map_err(map_err(maps::STATS_SLOT))?;
+    let old = slot.get(&0, 0).map_err(map_err(maps::STATS_SLOT))? as usize % 2;
+    slot.set(0, (old as u32) ^ 1, 0)
+        .map_err(map_err(maps::STATS_SLOT))?;
+    rcu_grace_period();
+    let name = maps::LOCK_STATS[old];
+    let mut taken = HashMap::new();
+    add_stats(ebpf, name, &mut taken)?;
+    let map = ebpf.map_mut(name).ok_or_else(|| Error::Missing {
+        kind: "map",
+        name: name.to_owned(),
+    })?;
+    let mut drained: PerCpuHashMap<_, LockKey, LockStats> =
+        PerCpuHashMap::try_from(map).map_err(map_err(name))?;
+    for key in taken.keys() {
+        // No program writes this map now; a failed removal only leaves an
+        // entry that is read again (and removed) two ticks later.
+        let _ = drained.remove(key);
     }
-    Ok(stats)
+    Ok(taken)
+}
+
+/// Waits until every BPF program running now has returned: they run inside
+/// RCU read-side sections, and `membarrier(MEMBARRIER_CMD_GLOBAL)` is
+/// `synchronize_rcu()`. Where it is refused (nohz_full), a generous sleep:
+/// the programs run for microseconds.
+fn rcu_grace_period() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    // SAFETY: membarrier takes no pointers.
+    let done = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) } == 0;
+    if !done {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// `LOCK_INFO` and `LOCK_USERS`, read into memory.
 #[derive(Default)]
 pub struct Identities {
-    pub info: HashMap<u64, LockInfo>,
+    pub info: HashMap<LockKey, LockInfo>,
     /// (tgid, comm) of the processes seen on each lock.
-    pub users: HashMap<u64, Vec<(u32, String)>>,
+    pub users: HashMap<LockKey, Vec<(u32, String)>>,
+}
+
+impl Identities {
+    /// Keeps what `fresh` adds: identities stay known to the collector after
+    /// the kernel's LRU map has evicted them.
+    pub fn merge(&mut self, fresh: &Identities) {
+        self.info.extend(fresh.info.iter().map(|(k, v)| (*k, *v)));
+        for (key, users) in &fresh.users {
+            let known = self.users.entry(*key).or_default();
+            known.extend(users.iter().cloned());
+            known.sort();
+            known.dedup();
+        }
+    }
 }
 
 /// What each lock is and who was seen on it (read once per report or tick:
 /// the process map can hold thousands of entries, two syscalls each).
 pub fn read_identities(ebpf: &Ebpf) -> Result<Identities, Error> {
-    let info: BpfHashMap<_, u64, LockInfo> =
+    let info: BpfHashMap<_, LockKey, LockInfo> =
         BpfHashMap::try_from(map(ebpf, maps::LOCK_INFO)?).map_err(map_err(maps::LOCK_INFO))?;
     let users: BpfHashMap<_, LockUser, [u8; 16]> =
         BpfHashMap::try_from(map(ebpf, maps::LOCK_USERS)?).map_err(map_err(maps::LOCK_USERS))?;
@@ -85,7 +136,7 @@ pub fn read_identities(ebpf: &Ebpf) -> Result<Identities, Error> {
     for entry in users.iter() {
         let (user, comm) = entry.map_err(map_err(maps::LOCK_USERS))?;
         ids.users
-            .entry(user.lock)
+            .entry(user.key)
             .or_default()
             .push((user.tgid, comm_text(&comm)));
     }
@@ -96,17 +147,10 @@ pub fn read_identities(ebpf: &Ebpf) -> Result<Identities, Error> {
 pub fn read_drops(ebpf: &Ebpf) -> Result<BTreeMap<String, u64>, Error> {
     let drops: PerCpuArray<_, u64> =
         PerCpuArray::try_from(map(ebpf, maps::DROPS)?).map_err(map_err(maps::DROPS))?;
-    let names = [
-        "pending_full",
-        "stats_full",
-        "unmatched_end",
-        "nested",
-        "users_full",
-    ];
     let mut dropped = BTreeMap::new();
-    for (reason, name) in Drop::ALL.iter().zip(names) {
-        let per_cpu = drops.get(&(*reason as u32), 0).map_err(map_err(maps::DROPS))?;
-        dropped.insert(name.to_owned(), per_cpu.iter().sum());
+    for reason in Drop::ALL {
+        let per_cpu = drops.get(&(reason as u32), 0).map_err(map_err(maps::DROPS))?;
+        dropped.insert(reason.name().to_owned(), per_cpu.iter().sum());
     }
     Ok(dropped)
 }
@@ -120,20 +164,26 @@ pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
     let count = |name: &str| -> Option<usize> {
         let map = ebpf.map(name)?;
         match name {
-            maps::LOCK_STATS => Some(
-                PerCpuHashMap::<_, u64, LockStats>::try_from(map)
+            name if maps::LOCK_STATS.contains(&name) => Some(
+                PerCpuHashMap::<_, LockKey, LockStats>::try_from(map)
                     .ok()?
                     .keys()
                     .count(),
             ),
-            maps::PENDING => Some(BpfHashMap::<_, u32, Pending>::try_from(map).ok()?.keys().count()),
+            maps::PENDING => Some(
+                BpfHashMap::<_, PendingKey, Pending>::try_from(map)
+                    .ok()?
+                    .keys()
+                    .count(),
+            ),
             maps::LOCK_INFO => Some(ids.info.len()),
             maps::LOCK_USERS => Some(ids.users.values().map(Vec::len).sum()),
             _ => None,
         }
     };
     [
-        maps::LOCK_STATS,
+        maps::LOCK_STATS[0],
+        maps::LOCK_STATS[1],
         maps::LOCK_INFO,
         maps::LOCK_USERS,
         maps::PENDING,

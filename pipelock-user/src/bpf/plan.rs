@@ -347,7 +347,13 @@ mod tests {
             mutex,
             ModeChoice::Hooks {
                 mode: AttachMode::Fentry,
-                functions: vec!["anon_pipe_read", "anon_pipe_write", "mutex_lock", "mutex_unlock"],
+                functions: vec![
+                    "anon_pipe_read",
+                    "anon_pipe_write",
+                    "mutex_lock",
+                    "mutex_unlock",
+                    "free_pipe_info"
+                ],
             }
         );
     }
@@ -366,7 +372,7 @@ mod tests {
                 picked[2],
                 ModeChoice::Hooks {
                     mode: AttachMode::Fentry,
-                    functions: vec![read, write, "mutex_lock", "mutex_unlock"],
+                    functions: vec![read, write, "mutex_lock", "mutex_unlock", "free_pipe_info"],
                 },
                 "{kernel}"
             );

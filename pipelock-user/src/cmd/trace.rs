@@ -17,6 +17,9 @@ use crate::{
     render,
 };
 
+/// How often a trace without `--interval` drains the kernel's maps.
+const DRAIN_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     // An interval trace appends to its CSV as it goes; a plain one writes
     // its files once, atomically, at the end.
@@ -55,9 +58,16 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
             print!("{}", render::render_histograms(report, args.top));
         }
     };
+    // Every trace drains the kernel's maps each second (or each --interval)
+    // into userspace totals: a long trace on a busy system then needs map
+    // room for one interval's locks, not for every lock it ever saw.
+    let period = args.interval.unwrap_or(DRAIN_PERIOD);
     let mut collector = IntervalCollector::new(&tracer);
     let mut tick = |tracer: &mut Tracer, last: bool| -> Result<TraceReport, Error> {
         let snapshot = collector.tick(tracer)?;
+        if args.interval.is_none() {
+            return Ok(snapshot.total);
+        }
         let mut shown = if args.reset {
             snapshot.interval
         } else {
@@ -75,19 +85,13 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         }
         Ok(snapshot.total)
     };
-    let (status, mut report) = if args.interval.is_some() {
-        let status = {
-            let tracer = &mut tracer;
-            wait_for(args.duration, child, interrupt::flag(), args.interval, || {
-                tick(&mut *tracer, false).map(drop)
-            })?
-        };
-        let total = tick(&mut tracer, true)?;
-        (status, total)
-    } else {
-        let status = wait_for(args.duration, child, interrupt::flag(), None, || Ok(()))?;
-        (status, tracer.report()?)
+    let status = {
+        let tracer = &mut tracer;
+        wait_for(args.duration, child, interrupt::flag(), Some(period), || {
+            tick(&mut *tracer, false).map(drop)
+        })?
     };
+    let mut report = tick(&mut tracer, true)?;
     drop(tracer);
     if args.reset {
         println!("--- whole run ---");

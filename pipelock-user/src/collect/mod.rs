@@ -220,7 +220,7 @@ impl Tracer {
     /// The report of `stats`, measured over `duration`.
     pub(crate) fn build_report(
         &self,
-        stats: &std::collections::HashMap<u64, pipelock_common::LockStats>,
+        stats: &maps::Stats,
         ids: &Identities,
         duration: std::time::Duration,
     ) -> Result<TraceReport, Error> {
@@ -231,6 +231,11 @@ impl Tracer {
         drops.insert(
             "recursion_misses".to_owned(),
             programs.iter().map(|p| p.recursion_misses).sum(),
+        );
+        // Rows whose identity the kernel's map evicted before it was read.
+        drops.insert(
+            "identity_unknown".to_owned(),
+            locks.iter().filter(|r| r.class.is_none()).count() as u64,
         );
         Ok(TraceReport {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")

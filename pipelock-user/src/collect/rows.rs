@@ -1,24 +1,27 @@
 //! The maps' raw entries joined into model rows.
-use std::collections::HashMap;
-
-use pipelock_common::LockStats;
+use pipelock_common::LockKey;
 
 use crate::{
-    bpf::maps::Identities,
+    bpf::maps::{Identities, Stats},
     model::{LockRow, SortKey, Timing, naming::identify, sort_rows},
 };
 
 /// One row per lock of `stats`, named from `ids`, busiest first.
-pub fn rows(stats: &HashMap<u64, LockStats>, ids: &Identities, mode: &str, hooked: bool) -> Vec<LockRow> {
+pub fn rows(stats: &Stats, ids: &Identities, mode: &str, hooked: bool) -> Vec<LockRow> {
     let mut rows: Vec<LockRow> = stats
         .iter()
-        .map(|(&lock, merged)| {
-            let info = ids.info.get(&lock);
+        .map(|(key, merged)| {
+            let lock = key.lock;
+            let info = ids.info.get(key);
             // The hooked modes note processes once per pipe (at its mutex
             // address); every lock of that pipe shares them.
-            let mut users = ids.users.get(&lock).cloned().unwrap_or_default();
+            let mut users = ids.users.get(key).cloned().unwrap_or_default();
             if let Some(pipe) = info.map(|i| i.pipe).filter(|p| *p != lock) {
-                users.extend(ids.users.get(&pipe).cloned().unwrap_or_default());
+                let mutex = LockKey {
+                    lock: pipe,
+                    owner: key.owner,
+                };
+                users.extend(ids.users.get(&mutex).cloned().unwrap_or_default());
             }
             users.sort();
             users.dedup();
@@ -26,6 +29,7 @@ pub fn rows(stats: &HashMap<u64, LockStats>, ids: &Identities, mode: &str, hooke
             LockRow {
                 class: identity.class,
                 lock_addr: lock,
+                owner: key.owner,
                 pipe_ino: identity.pipe_ino,
                 name: identity.name,
                 comms: users.iter().map(|(pid, comm)| format!("{comm}({pid})")).collect(),

@@ -15,6 +15,9 @@ pub struct LockRow {
     /// None when the lock's identity could not be recorded (its map was full).
     pub class: Option<LockClass>,
     pub lock_addr: u64,
+    /// Tells apart lock instances that had the same address: the pipe's
+    /// inode number (pipe rows, and other locks per pipe), a dentry's name hash.
+    pub owner: u64,
     pub pipe_ino: Option<u64>,
     /// `pipe:[ino]`, or for another lock the pipe call it was contended in.
     pub name: String,
@@ -169,7 +172,7 @@ pub fn sort_rows(rows: &mut [LockRow], key: SortKey) {
     rows.sort_by(|a, b| {
         key.value(b)
             .cmp(&key.value(a))
-            .then(a.lock_addr.cmp(&b.lock_addr))
+            .then((a.lock_addr, a.owner).cmp(&(b.lock_addr, b.owner)))
     });
 }
 
@@ -214,6 +217,7 @@ pub(crate) mod tests {
         let rows = vec![LockRow {
             class: Some(LockClass::PipeMutex),
             lock_addr: 0xffff_8880_0123_4000,
+            owner: 4242,
             pipe_ino: Some(4242),
             name: "pipe:[4242]".into(),
             comms: vec!["herd(10)".into(), "herd(11)".into()],
@@ -232,7 +236,7 @@ pub(crate) mod tests {
             duration_s: 1.0,
             totals: TraceReport::totals(&rows),
             locks: rows,
-            drops: BTreeMap::from([("nested".to_owned(), 0)]),
+            drops: BTreeMap::from([("stale_pending".to_owned(), 0)]),
             percentile_resolution: PERCENTILE_RESOLUTION.to_owned(),
             notes: vec!["lockref: n/a in tracepoint mode".into()],
             programs: Vec::new(),

@@ -22,6 +22,8 @@ pub struct Sample {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopRow {
     pub lock_addr: u64,
+    /// With the address, which lock instance this is (see `LockRow::owner`).
+    pub owner: u64,
     pub class: &'static str,
     pub name: String,
     pub comms: Vec<String>,
@@ -129,7 +131,7 @@ pub struct App {
     /// Every lock of the latest sample, unsorted and unfiltered.
     pub rows: Vec<TopRow>,
     /// Contentions per interval, per lock, oldest first.
-    pub history: HashMap<u64, VecDeque<u64>>,
+    pub history: HashMap<(u64, u64), VecDeque<u64>>,
     pub drops: Vec<(String, u64)>,
     pub fill: Vec<MapFill>,
     /// pipelock's programs over the last interval: runs per second, ns per run.
@@ -185,9 +187,9 @@ impl App {
             let contended = interval
                 .locks
                 .iter()
-                .find(|r| r.lock_addr == row.lock_addr)
+                .find(|r| (r.lock_addr, r.owner) == (row.lock_addr, row.owner))
                 .map_or(0, |r| r.contentions);
-            let history = self.history.entry(row.lock_addr).or_default();
+            let history = self.history.entry((row.lock_addr, row.owner)).or_default();
             history.push_back(contended);
             if history.len() > HISTORY {
                 history.pop_front();
@@ -224,7 +226,11 @@ impl App {
                     || r.comms.iter().any(|c| c.to_lowercase().contains(&needle))
             })
             .collect();
-        rows.sort_by(|a, b| self.sort.compare(a, b).then(a.lock_addr.cmp(&b.lock_addr)));
+        rows.sort_by(|a, b| {
+            self.sort
+                .compare(a, b)
+                .then((a.lock_addr, a.owner).cmp(&(b.lock_addr, b.owner)))
+        });
         rows
     }
 
@@ -288,14 +294,19 @@ impl App {
 /// This interval's rows joined with the totals, by lock address. A lock seen
 /// before but idle now keeps its row, with zero rates.
 fn join_rows(interval: &TraceReport, total: &TraceReport, seconds: f64) -> Vec<TopRow> {
-    let now: HashMap<u64, &LockRow> = interval.locks.iter().map(|r| (r.lock_addr, r)).collect();
+    let now: HashMap<(u64, u64), &LockRow> = interval
+        .locks
+        .iter()
+        .map(|r| ((r.lock_addr, r.owner), r))
+        .collect();
     total
         .locks
         .iter()
         .map(|t| {
-            let i = now.get(&t.lock_addr);
+            let i = now.get(&(t.lock_addr, t.owner));
             TopRow {
                 lock_addr: t.lock_addr,
+                owner: t.owner,
                 class: class_label(t.class),
                 name: t.name.clone(),
                 comms: t.comms.clone(),
@@ -343,6 +354,7 @@ pub mod tests {
         LockRow {
             class: Some(class),
             lock_addr: addr,
+            owner: 0,
             pipe_ino: None,
             name: name.into(),
             comms: vec![format!("herd({addr})")],
@@ -364,7 +376,7 @@ pub mod tests {
             duration_s,
             totals: TraceReport::totals(&locks),
             locks,
-            drops: BTreeMap::from([("nested".to_owned(), 3)]),
+            drops: BTreeMap::from([("stale_pending".to_owned(), 3)]),
             percentile_resolution: PERCENTILE_RESOLUTION.to_owned(),
             notes: Vec::new(),
             programs: vec![ProgramStats {
@@ -422,8 +434,8 @@ pub mod tests {
         assert_eq!(top.acquisitions_per_s, Some(150.0));
         assert_eq!(app.bpf_runs_per_s, 500.0);
         assert_eq!(app.bpf_ns_per_run, Some(50.0));
-        assert_eq!(app.drops, vec![("nested".to_owned(), 3)]);
-        assert_eq!(app.history[&3], VecDeque::from([30]));
+        assert_eq!(app.drops, vec![("stale_pending".to_owned(), 3)]);
+        assert_eq!(app.history[&(3, 0)], VecDeque::from([30]));
     }
 
     #[test]

@@ -287,7 +287,7 @@ fn draw_detail(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(histogram("hold", row.total_hold.as_ref(), hold), hold);
     let history: Vec<u64> = app
         .history
-        .get(&row.lock_addr)
+        .get(&(row.lock_addr, row.owner))
         .map(|h| h.iter().copied().collect())
         .unwrap_or_default();
     // The newest intervals that fit, newest at the right.
@@ -359,7 +359,7 @@ mod tests {
         assert!(lines[5].contains("pipe:[1040]"), "largest first: {text}");
         assert!(text.contains("pipelock's BPF: 500 runs/s, 50 ns/run"), "{text}");
         assert!(text.contains("lock_stats 40/4096"), "{text}");
-        assert!(text.contains("dropped: nested 3"), "{text}");
+        assert!(text.contains("dropped: stale_pending 3"), "{text}");
         assert!(
             text.contains("processes"),
             "wide terminal shows every column: {text}"
