@@ -49,6 +49,10 @@ pub mod programs {
     pub const KP_SPIN_LOCK_ENTRY: &str = "kp_spin_lock_entry";
     pub const KP_SPIN_LOCK_EXIT: &str = "kp_spin_lock_exit";
     pub const KP_SPIN_UNLOCK_ENTRY: &str = "kp_spin_unlock_entry";
+    /// `sched_process_fork` (tp_btf): a child of a followed process is traced.
+    pub const FOLLOW_FORK: &str = "follow_fork";
+    /// `sched_process_exit` (tp_btf): an exited process is forgotten.
+    pub const FOLLOW_EXIT: &str = "follow_exit";
     /// `lock:contention_begin` in fentry/kprobe mode: marks the task's pending
     /// acquisition as contended.
     pub const HOOKED_CONTENTION_BEGIN: &str = "hooked_contention_begin";
@@ -129,8 +133,25 @@ pub mod maps {
     pub const LOCK_USERS: &str = "LOCK_USERS";
     /// `HashMap<u32 tid, TaskLockref>`: a lockref caller in progress.
     pub const TASK_LOCKREF: &str = "TASK_LOCKREF";
+    /// `HashMap<u32 pid or tid, u32 task_filter bits>`: the tasks to record.
+    pub const TASK_FILTER: &str = "TASK_FILTER";
     /// `PerCpuArray<u64>` indexed by [`crate::Drop`]: events not recorded, and why.
     pub const DROPS: &str = "DROPS";
+}
+
+/// Values of `TASK_FILTER` (bits), and of `TraceConfig::filter_tasks`.
+pub mod task_filter {
+    /// Key is a process id whose tasks are recorded (`-p`, the traced command).
+    pub const TRACED: u32 = 1;
+    /// Key is a process id whose children get `TRACED | FOLLOW` when forked:
+    /// how `trace -- COMMAND` follows COMMAND's process tree.
+    pub const FOLLOW: u32 = 2;
+    /// Key is a thread id that is recorded (`-t`).
+    pub const THREAD: u32 = 4;
+    /// In `filter_tasks`: filter by `TASK_FILTER`.
+    pub const ON: u32 = 1;
+    /// In `filter_tasks`: also look threads up by thread id.
+    pub const BY_TID: u32 = 2;
 }
 
 /// Name of the global holding the [`TraceConfig`] (set by userspace at load).
@@ -165,15 +186,18 @@ pub enum Drop {
     StalePending = 2,
     /// `LOCK_USERS` was full: a process on a lock was not recorded.
     UsersFull = 3,
+    /// `TASK_FILTER` was full: a child of the traced command is not followed.
+    FollowFull = 4,
 }
 
 impl Drop {
-    pub const COUNT: u32 = 4;
-    pub const ALL: [Self; 4] = [
+    pub const COUNT: u32 = 5;
+    pub const ALL: [Self; 5] = [
         Self::PendingFull,
         Self::StatsFull,
         Self::StalePending,
         Self::UsersFull,
+        Self::FollowFull,
     ];
 
     /// How the report names it.
@@ -183,6 +207,7 @@ impl Drop {
             Self::StatsFull => "stats_full",
             Self::StalePending => "stale_pending",
             Self::UsersFull => "users_full",
+            Self::FollowFull => "follow_full",
         }
     }
 }
@@ -220,8 +245,12 @@ pub struct TraceConfig {
     pub nr_write: u32,
     pub nr_readv: u32,
     pub nr_writev: u32,
-    /// Only this process (0: all).
-    pub filter_tgid: u32,
+    /// Which tasks to record: 0 all, else those `TASK_FILTER` marks
+    /// ([`task_filter`]); with [`task_filter::BY_TID`] set, threads are looked
+    /// up by thread id too.
+    pub filter_tasks: u32,
+    /// `task_struct.tgid`: a forked child's process id.
+    pub task_tgid: u32,
     /// Bit `1 << class` set for each class to record.
     pub class_mask: u32,
     /// `path.dentry`, `dentry.d_lockref.lock`, `dentry.d_name.name`,

@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use pipelock_common::{
     Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, TaskLockref, TaskPipe, TraceConfig,
-    hist_bucket,
+    hist_bucket, task_filter,
 };
 
 /// Filled in by userspace at load time (`EbpfLoader::override_global`).
@@ -32,7 +32,8 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
     nr_write: 0,
     nr_readv: 0,
     nr_writev: 0,
-    filter_tgid: 0,
+    filter_tasks: 0,
+    task_tgid: 0,
     class_mask: 0,
     path_dentry: 0,
     dentry_lockref: 0,
@@ -69,6 +70,10 @@ pub(crate) static LOCK_INFO: LruHashMap<LockKey, LockInfo> = LruHashMap::with_ma
 pub(crate) static PIPE_FREES: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 pub(crate) static LOCK_USERS: HashMap<LockUser, [u8; 16]> = HashMap::with_max_entries(8192, 0);
+/// The tasks to record, by process or thread id ([`task_filter`] bits);
+/// children of a `FOLLOW` process are added as they are forked.
+#[map]
+pub(crate) static TASK_FILTER: HashMap<u32, u32> = HashMap::with_max_entries(16384, 0);
 #[map]
 pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Drop::COUNT, 0);
 
@@ -92,11 +97,20 @@ pub(crate) fn config() -> TraceConfig {
     unsafe { core::ptr::read_volatile(&TRACE_CONFIG) }
 }
 
-/// The `-p`/`-c` filters: whether the current task is one to record.
+/// The traced command's process tree, `-p`, `-t` and `-c`: whether the
+/// current task is one to record.
 #[inline(always)]
-pub(crate) fn wanted(cfg: &TraceConfig, tgid: u32) -> bool {
-    if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
-        return false;
+pub(crate) fn wanted(cfg: &TraceConfig, pid_tgid: u64) -> bool {
+    if cfg.filter_tasks != 0 {
+        // SAFETY: lookups only.
+        let marks = |id: u32| unsafe { TASK_FILTER.get(&id) }.copied().unwrap_or(0);
+        let by_process = marks((pid_tgid >> 32) as u32) & task_filter::TRACED != 0;
+        let by_thread = || {
+            cfg.filter_tasks & task_filter::BY_TID != 0 && marks(pid_tgid as u32) & task_filter::THREAD != 0
+        };
+        if !by_process && !by_thread() {
+            return false;
+        }
     }
     cfg.filter_comm_set == 0 || bpf_get_current_comm().is_ok_and(|comm| comm == cfg.filter_comm)
 }

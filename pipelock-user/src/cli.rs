@@ -79,9 +79,17 @@ pub struct TracingArgs {
     /// only), or auto: the best that attaches here.
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = mode_parser())]
     pub mode: RequestedMode,
-    /// Only this process (its tasks' contention; filtered in the kernel).
-    #[arg(short, long, value_name = "PID")]
-    pub pid: Option<u32>,
+    /// Only these processes (comma-separated or repeated; all their threads;
+    /// filtered in the kernel).
+    #[arg(short, long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pids: Vec<u32>,
+    /// Only these threads.
+    #[arg(short, long = "tid", value_name = "TID", value_delimiter = ',')]
+    pub tids: Vec<u32>,
+    /// System-wide, also while running COMMAND (which is otherwise followed:
+    /// only its process tree is recorded, like `perf record -- COMMAND`).
+    #[arg(short, long, conflicts_with_all = ["pids", "tids"])]
+    pub all: bool,
     /// Only tasks with this command name (comm, as `ps -o comm` shows it; filtered in the kernel).
     #[arg(short, long, value_name = "COMM")]
     pub comm: Option<String>,
@@ -94,9 +102,13 @@ pub struct TracingArgs {
 }
 
 impl TracingArgs {
-    pub fn filters(&self) -> Filters {
+    /// The filters; `runs_a_load` says whether the command starts one (a
+    /// COMMAND or a workload), whose process tree is then what is traced.
+    pub fn filters(&self, runs_a_load: bool) -> Filters {
         Filters {
-            tgid: self.pid,
+            pids: self.pids.clone(),
+            tids: self.tids.clone(),
+            follow_children: runs_a_load && !self.all && self.pids.is_empty() && self.tids.is_empty(),
             comm: self.comm.clone(),
             classes: self.class.iter().fold(ClassSet::EMPTY, |all, c| all.union(*c)),
         }
@@ -315,8 +327,9 @@ mod tests {
             panic!("not trace");
         };
         assert_eq!(trace.tracing.mode, Some(AttachMode::Tracepoint));
-        let filters = trace.tracing.filters();
-        assert_eq!((filters.tgid, filters.comm.as_deref()), (Some(1), Some("cat")));
+        let filters = trace.tracing.filters(true);
+        assert_eq!((filters.pids, filters.comm.as_deref()), (vec![1], Some("cat")));
+        assert!(!filters.follow_children, "-p names what is traced");
         assert_eq!(
             filters.classes,
             ClassSet::DEFAULT,
@@ -332,9 +345,17 @@ mod tests {
         };
         assert_eq!((auto.tracing.mode, auto.sort), (None, SortKey::WaitTotal));
         assert!(
-            auto.tracing.filters().classes.is_empty(),
+            auto.tracing.filters(false).classes.is_empty(),
             "no --class: the default set"
         );
+        assert!(
+            auto.tracing.filters(true).follow_children,
+            "-- COMMAND: its process tree"
+        );
+        let Command::Trace(all) = parse("trace -a -- true").command else {
+            panic!("not trace");
+        };
+        assert!(!all.tracing.filters(true).follow_children, "-a: system-wide");
 
         let Command::Top(top) =
             parse("top --mode kprobe --interval 0.5 --class lockref --workload pipe-herd").command
@@ -344,7 +365,7 @@ mod tests {
         assert_eq!(top.tracing.mode, Some(AttachMode::Kprobe));
         assert_eq!(top.workload, Some(TopWorkload::PipeHerd));
         assert_eq!(
-            top.tracing.filters().classes,
+            top.tracing.filters(true).classes,
             ClassSet::of(&[crate::model::LockClass::Lockref])
         );
 
@@ -407,6 +428,8 @@ mod tests {
             ("overhead --mode auto", "auto"),
             ("run pipe-herd --trace-mode fentry", "--trace"),
             ("trace --duration 0", "greater than 0"),
+            ("trace -a -p 1", "cannot be used with"),
+            ("trace -p x", "invalid digit"),
         ] {
             let args = std::iter::once("pipelock").chain(line.split_whitespace());
             let err = Cli::try_parse_from(args).expect_err(line).to_string();

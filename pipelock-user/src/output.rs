@@ -26,6 +26,12 @@ impl Outputs {
         let mut files = Vec::new();
         for (path, format) in [(json, Format::Json), (csv, Format::Csv)] {
             let Some(path) = path else { continue };
+            if path.is_dir() {
+                return Err(Error::Output {
+                    path: path.to_owned(),
+                    source: std::io::Error::new(std::io::ErrorKind::IsADirectory, "a directory, not a file"),
+                });
+            }
             let mut staging = path.as_os_str().to_owned();
             staging.push(format!(".partial-{}", std::process::id()));
             let staging = PathBuf::from(staging);

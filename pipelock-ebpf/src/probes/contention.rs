@@ -91,7 +91,7 @@ fn on_begin(lock: u64, flags: u32) {
     }
     let cfg = config();
     let tgid = (pid_tgid >> 32) as u32;
-    if !wanted(&cfg, tgid) {
+    if !wanted(&cfg, pid_tgid) {
         return;
     }
     let Some((class, pipe, ino)) = classify(&cfg, lock) else {

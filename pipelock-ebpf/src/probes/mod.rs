@@ -2,6 +2,7 @@
 mod capability;
 mod contention;
 mod empty;
+mod follow;
 mod lockref;
 mod pipe;
 mod selftest;

@@ -51,7 +51,7 @@ const PIPE_PENDING: u64 = 1;
 fn enter_pipe_call(kiocb: u64) {
     let cfg = config();
     let pid_tgid = bpf_get_current_pid_tgid();
-    if !wanted(&cfg, (pid_tgid >> 32) as u32) {
+    if !wanted(&cfg, pid_tgid) {
         return;
     }
     let tid = pid_tgid as u32;

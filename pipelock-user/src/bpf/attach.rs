@@ -7,9 +7,10 @@ use aya::{
     Btf, Ebpf,
     programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
 };
-use pipelock_common::programs;
+use pipelock_common::{maps, programs};
 
 use super::{
+    config::Filters,
     hooks::{self, Resolved},
     object::program_mut,
     plan::TracepointKind,
@@ -143,6 +144,49 @@ pub fn kprobe(
         }
     }
     Ok(notes)
+}
+
+/// Fills `TASK_FILTER` and attaches the programs that keep it: a child
+/// forked by a followed process is followed, an exited process is
+/// forgotten (its pid may be handed out again). Returns notes for the report.
+pub fn task_filter(ebpf: &mut Ebpf, filters: &Filters) -> Result<Vec<String>, Error> {
+    let map = ebpf.map_mut(maps::TASK_FILTER).ok_or_else(|| Error::Missing {
+        kind: "map",
+        name: maps::TASK_FILTER.to_owned(),
+    })?;
+    let mut marks: aya::maps::HashMap<_, u32, u32> =
+        aya::maps::HashMap::try_from(map).map_err(|source| Error::Map {
+            map: maps::TASK_FILTER.to_owned(),
+            source,
+        })?;
+    for (id, mark) in filters.task_filter_entries() {
+        marks.insert(id, mark, 0).map_err(|source| Error::Map {
+            map: maps::TASK_FILTER.to_owned(),
+            source,
+        })?;
+    }
+    let attached = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {
+        [
+            (programs::FOLLOW_FORK, "sched_process_fork"),
+            (programs::FOLLOW_EXIT, "sched_process_exit"),
+        ]
+        .iter()
+        .try_for_each(|(program, tracepoint)| {
+            let prog: &mut BtfTracePoint = program_mut(ebpf, program).map_err(|e| one_line(&e))?;
+            prog.load(tracepoint, &btf)
+                .and_then(|()| prog.attach().map(drop))
+                .map_err(|e| one_line(&e))
+        })
+    });
+    match attached {
+        Ok(()) => Ok(Vec::new()),
+        Err(why) if filters.follow_children => Err(Error::Usage(format!(
+            "cannot follow COMMAND's processes ({why}); trace system-wide with -a, or name them with -p"
+        ))),
+        Err(why) => Ok(vec![format!(
+            "an exited -p process is not forgotten ({why}): a new process given its pid would be traced"
+        )]),
+    }
 }
 
 /// tp_btf first (typed arguments, cheaper), the classic tracepoint otherwise.

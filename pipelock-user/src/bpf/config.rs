@@ -1,21 +1,77 @@
 //! What the programs are told at load time: the kernel's struct offsets
 //! (from BTF) and the filters, as one `TraceConfig` global.
-use pipelock_common::TraceConfig;
+use std::path::Path;
+
+use pipelock_common::{TraceConfig, task_filter};
 
 use crate::{Error, kernel::KernelBtf, model::ClassSet};
 
 /// What to trace.
 #[derive(Clone, Debug, Default)]
 pub struct Filters {
-    /// Only this process (thread group id).
-    pub tgid: Option<u32>,
+    /// Only these processes (`-p`; with `tids`, either).
+    pub pids: Vec<u32>,
+    /// Only these threads (`-t`).
+    pub tids: Vec<u32>,
+    /// Only the processes pipelock forks from now on, and theirs: the traced
+    /// command's process tree (pipelock itself is not recorded).
+    pub follow_children: bool,
     /// Only tasks with this comm.
     pub comm: Option<String>,
     /// The classes to record; empty means [`ClassSet::DEFAULT`].
     pub classes: ClassSet,
 }
 
+/// Longest comm the kernel keeps (`TASK_COMM_LEN` - 1).
+const COMM_MAX: usize = 15;
+
 impl Filters {
+    /// Bad filters are refused before anything is attached, with the reason:
+    /// a filter that can match nothing would give an empty report.
+    pub fn check(&self) -> Result<(), Error> {
+        let usage = |why: String| Err(Error::Usage(why));
+        for (flag, ids, what) in [("-p", &self.pids, "process"), ("-t", &self.tids, "thread")] {
+            for &id in ids {
+                if id == 0 {
+                    return usage(format!("{flag} 0: not a {what} id"));
+                }
+                // /proc has an entry for every thread id too.
+                if !Path::new(&format!("/proc/{id}")).exists() {
+                    return usage(format!("{flag} {id}: no such {what}"));
+                }
+            }
+        }
+        match self.comm.as_deref() {
+            Some("") => usage("-c: the command name is empty".to_owned()),
+            Some(comm) if comm.contains('\0') => usage("-c: a command name cannot contain NUL".to_owned()),
+            Some(comm) if comm.len() > COMM_MAX => usage(format!(
+                "-c {comm}: the kernel keeps {COMM_MAX} bytes of a command name; use `-c {}`",
+                comm_prefix(comm)
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `TraceConfig::filter_tasks`.
+    pub fn task_filter_flags(&self) -> u32 {
+        let on = self.follow_children || !self.pids.is_empty() || !self.tids.is_empty();
+        let by_tid = !self.tids.is_empty();
+        (if on { task_filter::ON } else { 0 }) | (if by_tid { task_filter::BY_TID } else { 0 })
+    }
+
+    /// The entries `TASK_FILTER` starts with.
+    pub fn task_filter_entries(&self) -> Vec<(u32, u32)> {
+        let own = self
+            .follow_children
+            .then(|| (std::process::id(), task_filter::FOLLOW));
+        self.pids
+            .iter()
+            .map(|&pid| (pid, task_filter::TRACED))
+            .chain(self.tids.iter().map(|&tid| (tid, task_filter::THREAD)))
+            .chain(own)
+            .collect()
+    }
+
     /// The classes actually traced.
     pub fn classes(&self) -> ClassSet {
         if self.classes.is_empty() {
@@ -51,7 +107,8 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         nr_write: SYSCALLS[1],
         nr_readv: SYSCALLS[2],
         nr_writev: SYSCALLS[3],
-        filter_tgid: filters.tgid.unwrap_or(0),
+        filter_tasks: filters.task_filter_flags(),
+        task_tgid: off("task_struct", "tgid")?,
         class_mask: filters.classes().mask(),
         path_dentry: off("path", "dentry")?,
         dentry_lockref: off("dentry", "d_lockref.lock")?,
@@ -62,15 +119,25 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
     })
 }
 
-/// A `-c COMM` as the kernel stores it: at most 15 bytes, NUL-padded (a
-/// longer name is cut like the kernel cuts the task's).
+/// The first 15 bytes of `comm`, cut at a character boundary.
+fn comm_prefix(comm: &str) -> &str {
+    let mut end = COMM_MAX.min(comm.len());
+    while !comm.is_char_boundary(end) {
+        end -= 1;
+    }
+    &comm[..end]
+}
+
+/// A `-c COMM` as the kernel stores it: NUL-padded ([`Filters::check`]
+/// refuses names the kernel could not hold).
 fn comm_bytes(comm: &str) -> Result<[u8; 16], Error> {
-    if comm.contains('\0') {
-        return Err(Error::Usage("-c: a command name cannot contain NUL".to_owned()));
+    if comm.contains('\0') || comm.len() > COMM_MAX {
+        return Err(Error::Usage(format!(
+            "-c {comm}: not a command name the kernel can hold"
+        )));
     }
     let mut bytes = [0u8; 16];
-    let len = comm.len().min(15);
-    bytes[..len].copy_from_slice(&comm.as_bytes()[..len]);
+    bytes[..comm.len()].copy_from_slice(comm.as_bytes());
     Ok(bytes)
 }
 
@@ -89,14 +156,21 @@ mod tests {
         .btf()
         .unwrap();
         let filters = Filters {
-            tgid: Some(42),
+            pids: vec![42],
+            tids: vec![43],
             comm: Some("cat".into()),
             classes: ClassSet::PIPE_WAIT,
+            ..Filters::default()
         };
         let config = trace_config(&btf, &filters).unwrap();
         assert_eq!((config.file_private_data, config.dentry_lockref), (200, 88));
         assert_eq!((config.pipe_rd_wait_lock, config.pipe_wr_wait_lock), (32, 56));
-        assert_eq!(config.filter_tgid, 42);
+        assert_eq!(config.filter_tasks, task_filter::ON | task_filter::BY_TID);
+        assert_eq!(
+            filters.task_filter_entries(),
+            [(42, task_filter::TRACED), (43, task_filter::THREAD)]
+        );
+        assert_eq!(config.task_tgid, 2420, "6.1's task_struct.tgid (kernel-facts.md)");
         assert_eq!(&config.filter_comm[..4], b"cat\0");
         assert_eq!(config.class_mask, ClassSet::PIPE_WAIT.mask());
         let default = trace_config(&btf, &Filters::default()).unwrap();
@@ -116,5 +190,79 @@ mod tests {
             )
             .is_err()
         );
+    }
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::*;
+
+    #[test]
+    fn filters_that_match_nothing_are_refused_by_name() {
+        let check = |f: Filters| f.check().map_err(|e| e.to_string());
+        let me = std::process::id();
+        assert_eq!(check(Filters::default()), Ok(()));
+        assert_eq!(
+            check(Filters {
+                pids: vec![me],
+                ..Filters::default()
+            }),
+            Ok(())
+        );
+        for (filters, says) in [
+            (
+                Filters {
+                    pids: vec![0],
+                    ..Filters::default()
+                },
+                "-p 0: not a process id",
+            ),
+            (
+                Filters {
+                    pids: vec![me, u32::MAX - 1],
+                    ..Filters::default()
+                },
+                "no such process",
+            ),
+            (
+                Filters {
+                    tids: vec![u32::MAX - 1],
+                    ..Filters::default()
+                },
+                "-t 4294967294: no such thread",
+            ),
+            (
+                Filters {
+                    comm: Some(String::new()),
+                    ..Filters::default()
+                },
+                "-c: the command name is empty",
+            ),
+            (
+                Filters {
+                    comm: Some("a-very-long-command".into()),
+                    ..Filters::default()
+                },
+                "use `-c a-very-long-com`",
+            ),
+        ] {
+            let err = check(filters).unwrap_err();
+            assert!(err.contains(says), "{err}");
+        }
+        assert_eq!(comm_prefix("ééééééééé"), "ééééééé", "cut at a character boundary");
+    }
+
+    #[test]
+    fn following_the_command_marks_pipelock_as_a_parent_only() {
+        let follow = Filters {
+            follow_children: true,
+            ..Filters::default()
+        };
+        assert_eq!(follow.task_filter_flags(), task_filter::ON);
+        assert_eq!(
+            follow.task_filter_entries(),
+            [(std::process::id(), task_filter::FOLLOW)]
+        );
+        assert_eq!(Filters::default().task_filter_flags(), 0, "system-wide");
     }
 }

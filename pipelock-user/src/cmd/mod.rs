@@ -21,7 +21,9 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Top(args) => top::run(top::Options {
             mode: args.tracing.mode,
             interval: args.interval,
-            filters: args.tracing.filters(),
+            filters: args
+                .tracing
+                .filters(args.workload.is_some() || !args.command.is_empty()),
             load: match (args.workload, args.command.is_empty()) {
                 (Some(workload), _) => top::Load::Workload(workload.subcommand().to_owned()),
                 (None, false) => top::Load::Command(args.command),

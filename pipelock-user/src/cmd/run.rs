@@ -1,7 +1,5 @@
 //! `pipelock run WORKLOAD [--trace]`: a built-in workload, repeated, with its
 //! figures; with `--trace`, the lock report of the class it is about.
-use std::fs;
-
 use crate::{
     Error,
     bpf::Filters,
@@ -36,12 +34,12 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
             ClassSet::of(&[LockClass::Lockref]),
         ),
     };
-    // The workload's processes are all named like this binary.
+    // The workload's processes are this one's children and theirs.
     let tracer = if trace.trace {
         let filters = Filters {
-            tgid: None,
-            comm: Some(own_comm()),
+            follow_children: true,
             classes,
+            ..Filters::default()
         };
         Some(Tracer::attach(trace.trace_mode, &filters, ebpf_log)?)
     } else {
@@ -58,11 +56,4 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     } else {
         Ok(())
     }
-}
-
-/// This process's comm (the kernel's 15-byte task name).
-fn own_comm() -> String {
-    fs::read_to_string("/proc/self/comm")
-        .map(|c| c.trim().to_owned())
-        .unwrap_or_else(|_| "pipelock".into())
 }

@@ -10,7 +10,11 @@ use crate::{
     Error,
     bpf::HookBodies,
     cli::TraceArgs,
-    collect::{IntervalCollector, Tracer, wait_for},
+    collect::{
+        IntervalCollector, Tracer,
+        child::{find_program, spawn_command},
+        wait_for,
+    },
     interrupt,
     model::{TraceReport, sort_rows},
     output::{Format, Outputs},
@@ -21,6 +25,16 @@ use crate::{
 const DRAIN_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
+    if let (Some(interval), Some(duration)) = (args.interval, args.duration)
+        && interval > duration
+    {
+        return Err(Error::Usage(format!(
+            "--interval {} s is longer than --duration {} s: no interval would end",
+            interval.as_secs_f64(),
+            duration.as_secs_f64()
+        )));
+    }
+    let program = args.command.first().map(|p| find_program(p)).transpose()?;
     // An interval trace appends to its CSV as it goes; a plain one writes
     // its files once, atomically, at the end.
     let mut interval_csv = match (&args.csv, args.interval) {
@@ -36,20 +50,15 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     } else {
         HookBodies::Pipelock
     };
-    let mut tracer = Tracer::attach_bodies(args.tracing.mode, &args.tracing.filters(), ebpf_log, bodies)?;
+    let filters = args.tracing.filters(program.is_some());
+    let mut tracer = Tracer::attach_bodies(args.tracing.mode, &filters, ebpf_log, bodies)?;
     if args.bpf_stats {
         tracer.enable_run_stats();
     }
     interrupt::catch();
-    let child = match args.command.split_first() {
-        Some((program, rest)) => Some(std::process::Command::new(program).args(rest).spawn().map_err(
-            |source| Error::Io {
-                what: "starting COMMAND",
-                source,
-            },
-        )?),
-        None => None,
-    };
+    let child = program
+        .map(|program| spawn_command(&program, &args.command[1..]))
+        .transpose()?;
     eprintln!("pipelock: tracing with {} (Ctrl-C to stop)", tracer.mode());
     let show = |report: &mut TraceReport| {
         sort_rows(&mut report.locks, args.sort);
@@ -101,6 +110,10 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         Format::Json => serde_json::to_vec_pretty(&report).map_err(io::Error::other),
         Format::Csv => render::to_csv(&report).map_err(io::Error::other),
     })?;
+    if interrupt::interrupted() {
+        // The report is out; the conventional status for SIGINT.
+        return Err(Error::Interrupted);
+    }
     if let Some(status) = status
         && !status.success()
     {

@@ -1,7 +1,68 @@
 //! The traced command and pipelock's own CPU time.
-use std::time::{Duration, Instant};
+use std::{
+    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
 
 use crate::Error;
+
+/// Where COMMAND's program is, found as `execvp` would: checked before
+/// anything is attached, so a typo costs no trace.
+pub fn find_program(program: &str) -> Result<PathBuf, Error> {
+    let runnable = |path: &Path| {
+        path.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let found = if program.contains('/') {
+        Some(PathBuf::from(program)).filter(|p| runnable(p))
+    } else {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(program))
+                .find(|p| runnable(p))
+        })
+    };
+    found.ok_or_else(|| Error::Usage(format!("COMMAND {program}: no such program (or not executable)")))
+}
+
+/// Starts COMMAND in a process group of its own, so that ending the trace
+/// ends everything it started.
+pub fn spawn_command(program: &Path, args: &[String]) -> Result<Child, Error> {
+    Command::new(program)
+        .args(args)
+        .process_group(0)
+        .spawn()
+        .map_err(|source| Error::Io {
+            what: "starting COMMAND",
+            source,
+        })
+}
+
+/// Ends COMMAND's whole process group: SIGTERM, then SIGKILL for what is
+/// left after a grace period. Returns COMMAND's exit status.
+pub fn stop_command(mut child: Child) -> Option<std::process::ExitStatus> {
+    let group = child.id() as libc::pid_t;
+    // SAFETY: kill(2) on the process group COMMAND leads.
+    unsafe { libc::kill(-group, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut status = None;
+    while Instant::now() < deadline {
+        if status.is_none() {
+            status = child.try_wait().ok().flatten();
+        }
+        // The group is gone when no member is left to signal.
+        // SAFETY: signal 0 only checks for existence.
+        if status.is_some() && unsafe { libc::kill(-group, 0) } != 0 {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(-group, libc::SIGKILL) };
+    status.or_else(|| child.wait().ok())
+}
 
 /// CPU time this process (the collector: pipelock itself, not the traced
 /// load) has used, all threads. getrusage rather than /proc/self/stat:
@@ -20,7 +81,7 @@ pub fn own_cpu_seconds() -> Option<f64> {
 /// `on_tick` every `interval`; returns the child's exit status if there was one.
 pub fn wait_for(
     duration: Option<Duration>,
-    mut child: Option<std::process::Child>,
+    mut child: Option<Child>,
     interrupted: &std::sync::atomic::AtomicBool,
     interval: Option<Duration>,
     mut on_tick: impl FnMut() -> Result<(), Error>,
@@ -39,9 +100,8 @@ pub fn wait_for(
         if interrupted.load(std::sync::atomic::Ordering::Relaxed)
             || duration.is_some_and(|d| started.elapsed() >= d)
         {
-            if let Some(mut child) = child {
-                let _ = child.kill();
-                return Ok(child.wait().ok());
+            if let Some(child) = child {
+                return Ok(stop_command(child));
             }
             return Ok(None);
         }

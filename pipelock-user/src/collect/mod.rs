@@ -53,6 +53,7 @@ pub struct Tracer {
 
 impl Tracer {
     /// Attaches `mode` (None: `auto`) for `filters`.
+    /// Filters that match nothing are refused before anything is loaded.
     pub fn attach(mode: Option<AttachMode>, filters: &Filters, ebpf_log: bool) -> Result<Self, Error> {
         Self::attach_bodies(mode, filters, ebpf_log, HookBodies::Pipelock)
     }
@@ -88,6 +89,7 @@ impl Tracer {
         ebpf_log: bool,
         bodies: HookBodies,
     ) -> Result<Self, Error> {
+        filters.check()?;
         privilege::require()?;
         let inspector = KernelInspector::live();
         if bpf::object::OBJECT.is_empty() {
@@ -147,6 +149,9 @@ impl Tracer {
             },
         };
         notes.extend(coverage_notes(classes, attached.mode));
+        if filters.task_filter_flags() != 0 {
+            notes.extend(bpf::attach::task_filter(&mut ebpf, filters)?);
+        }
         Ok(Self {
             ebpf,
             attached,
