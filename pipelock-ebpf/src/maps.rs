@@ -136,8 +136,8 @@ pub(crate) fn pipe_frees() -> u64 {
 #[inline(always)]
 pub(crate) fn count_drop(reason: Drop) {
     if let Some(slot) = DROPS.get_ptr_mut(reason as u32) {
-        // SAFETY: this CPU's slot; tracing programs do not preempt each other on a CPU.
-        unsafe { *slot += 1 };
+        // SAFETY: this CPU's slot (see `bump` for why atomic).
+        unsafe { atomic_add(slot, 1) };
     }
 }
 
@@ -167,16 +167,29 @@ pub(crate) fn stats_of(key: &LockKey) -> Option<*mut LockStats> {
     stats
 }
 
-/// Adds one duration to a histogram (a per-CPU value: no atomics needed).
+/// `*counter += value` on a statistics value. The values are per CPU, but
+/// fentry programs run with only migration disabled: on a preemptible
+/// kernel another task's program can update the same value on this CPU in
+/// the middle of a plain read-modify-write, and one of the two is lost. An
+/// atomic add (BPF's `lock +=`, on a line no other CPU touches) cannot be.
+#[inline(always)]
+pub(crate) fn bump(counter: &mut u64, value: u64) {
+    // SAFETY: a live, aligned map value.
+    unsafe { atomic_add(counter, value) };
+}
+
+/// Adds one duration to a histogram. The maximum is a plain compare and
+/// store (BPF has no atomic max before compare-and-exchange, which needs a
+/// newer BPF ISA): a preempted update can lose a maximum, never a count.
 #[inline(always)]
 pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
-    hist.count += 1;
-    hist.total_ns += ns;
+    bump(&mut hist.count, 1);
+    bump(&mut hist.total_ns, ns);
     if ns > hist.max_ns {
         hist.max_ns = ns;
     }
     if let Some(slot) = hist.buckets.get_mut(hist_bucket(ns)) {
-        *slot += 1;
+        bump(slot, 1);
     }
 }
 

@@ -63,6 +63,7 @@ const TESTS: &[Test] = tests![
     Kernel churned_pipes_each_get_their_own_row,
     Kernel trace_follows_only_the_commands_process_tree,
     Host trace_ends_its_commands_process_group,
+    Host a_minute_of_churn_keeps_memory_flat,
     Kernel fentry_records_pipe_wait_alone,
     Kernel kprobe_records_pipe_wait_alone,
     Kernel fentry_counts_lockref_calls_of_a_stat_storm,
@@ -1525,6 +1526,110 @@ fn trace_ends_its_commands_process_group() -> Result<Outcome> {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
+    Ok(Outcome::Passed)
+}
+
+/// `LOCK_STATS_A`'s fill (used entries) in one report's `maps:` line.
+fn stats_fill(maps_line: &str) -> Option<u64> {
+    let at = maps_line.find("LOCK_STATS_A ")? + "LOCK_STATS_A ".len();
+    maps_line[at..].split('/').next()?.parse().ok()
+}
+
+/// `VmRSS` of a process, in KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A minute of `--interval 1` over pipes made and freed without pause: the
+/// kernel's maps are drained each second and the collector keeps a bounded
+/// number of locks, so map fill and pipelock's RSS stay flat.
+fn a_minute_of_churn_keeps_memory_flat() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    const SECONDS: u64 = 62;
+    let output = scratch("long.txt");
+    let churn = format!(
+        "while :; do {} --pipe-churn 300 200 /dev/null || exit 1; done",
+        std::env::current_exe()?.display()
+    );
+    let mut trace = pipelock()
+        .args([
+            "trace",
+            "--mode",
+            "tracepoint",
+            "--interval",
+            "1",
+            "--reset",
+            "-n",
+            "3",
+        ])
+        .args(["--duration", &SECONDS.to_string(), "--", "sh", "-c", &churn])
+        .stdout(fs::File::create(&output)?)
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut rss = Vec::new();
+    let started = std::time::Instant::now();
+    while trace.try_wait()?.is_none() {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        if let Some(kib) = rss_kib(trace.id()) {
+            rss.push((started.elapsed().as_secs(), kib));
+        }
+    }
+    let status = trace.wait()?;
+    let text = fs::read_to_string(&output);
+    let _ = fs::remove_file(&output);
+    ensure!(status.success(), "trace exited with {status}");
+    let fills: Vec<u64> = text?
+        .lines()
+        .filter(|l| l.starts_with("maps:"))
+        .filter_map(stats_fill)
+        .collect();
+    ensure!(
+        fills.len() >= 60,
+        "{} interval reports with a maps line, want ≥ 60",
+        fills.len()
+    );
+    // The collector's tables grow until they hold the most locks it tracks
+    // one by one (on this churn within the first half): from then on, flat.
+    let settled: Vec<u64> = rss
+        .iter()
+        .filter(|(t, _)| *t >= SECONDS / 2)
+        .map(|(_, kib)| *kib)
+        .collect();
+    let (first, last) = (
+        *settled.first().context("no RSS sample")?,
+        *settled.last().context("no RSS")?,
+    );
+    let peak_fill = fills.iter().copied().max().unwrap_or(0);
+    println!(
+        "  {} intervals; LOCK_STATS fill per drain {}..{} (first {}, last {}); RSS {} KiB at 10 s, {first} KiB at \
+         {} s, {last} KiB at {} s",
+        fills.len(),
+        fills.iter().min().unwrap_or(&0),
+        peak_fill,
+        fills[0],
+        fills[fills.len() - 1],
+        rss.iter().find(|(t, _)| *t >= 10).map_or(0, |(_, kib)| *kib),
+        SECONDS / 2,
+        rss.last().map_or(0, |(t, _)| *t)
+    );
+    ensure!(
+        last <= first + first / 20 + 1024,
+        "RSS grew from {first} KiB to {last} KiB over the second half: {rss:?}"
+    );
+    ensure!(
+        peak_fill < 4096,
+        "LOCK_STATS filled up ({peak_fill}/4096) although drained every second"
+    );
     Ok(Outcome::Passed)
 }
 

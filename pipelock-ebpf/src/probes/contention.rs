@@ -19,7 +19,7 @@ use pipelock_common::{
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 
-use crate::maps::{LOCK_INFO, PENDING, config, count_drop, note_user, read, record, stats_of, wanted};
+use crate::maps::{LOCK_INFO, PENDING, bump, config, count_drop, note_user, read, record, stats_of, wanted};
 
 const S_IFMT: u16 = 0o170000;
 const S_IFIFO: u16 = 0o010000;
@@ -155,9 +155,9 @@ fn on_end(lock: u64) {
     };
     // SAFETY: this CPU's copy of the value; not shared with other CPUs.
     unsafe {
-        (*stats).contentions += 1;
+        bump(&mut (*stats).contentions, 1);
         if pending.flags_and & LCB_F_SPIN != 0 {
-            (*stats).spin_only += 1;
+            bump(&mut (*stats).spin_only, 1);
         }
         record(&mut (*stats).wait, wait);
     }

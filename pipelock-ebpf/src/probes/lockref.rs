@@ -15,7 +15,9 @@ use aya_ebpf::{
 };
 use pipelock_common::{Drop, LockInfo, LockKey, TaskLockref, class};
 
-use crate::maps::{LOCK_INFO, TASK_LOCKREF, config, count_drop, note_user, read, record, stats_of, wanted};
+use crate::maps::{
+    LOCK_INFO, TASK_LOCKREF, bump, config, count_drop, note_user, read, record, stats_of, wanted,
+};
 
 #[inline(always)]
 fn now() -> u64 {
@@ -87,13 +89,13 @@ fn leave() {
     };
     // SAFETY: this CPU's copy of the value.
     unsafe {
-        (*stats).acquisitions += 1;
+        bump(&mut (*stats).acquisitions, 1);
         if done.fell_back != 0 {
-            (*stats).contentions += 1;
+            bump(&mut (*stats).contentions, 1);
         }
         if done.hold_start != 0 || done.spin_start != 0 {
             // The spinlock outlived the call: its hold cannot be timed here.
-            (*stats).dropped += 1;
+            bump(&mut (*stats).dropped, 1);
         }
         record(&mut (*stats).wait, now().saturating_sub(done.start));
     }

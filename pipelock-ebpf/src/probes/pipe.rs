@@ -23,8 +23,8 @@ use aya_ebpf::{
 use pipelock_common::{LCB_F_SPIN, LockInfo, LockKey, TaskPipe, class, pipe_lock};
 
 use crate::maps::{
-    LOCK_INFO, PIPE_FREES, TASK_PIPE, config, count_drop, note_user, pipe_frees, read, record, stats_of,
-    wanted,
+    LOCK_INFO, PIPE_FREES, TASK_PIPE, bump, config, count_drop, note_user, pipe_frees, read, record,
+    stats_of, wanted,
 };
 
 const CLASSES: [u32; pipe_lock::COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
@@ -292,16 +292,16 @@ fn released(lock: u64) {
     if start == 0 {
         // Released without an acquisition this call saw (taken before the
         // call was entered, or its lock call's return was missed).
-        stats.dropped += 1;
+        bump(&mut stats.dropped, 1);
         return;
     }
     // The acquisition is counted with its release: one lookup of the
     // statistics per lock/unlock pair instead of two.
-    stats.acquisitions += 1;
+    bump(&mut stats.acquisitions, 1);
     if state.contended[index] != 0 {
-        stats.contentions += 1;
+        bump(&mut stats.contentions, 1);
         if state.flags_and[index] & LCB_F_SPIN != 0 {
-            stats.spin_only += 1;
+            bump(&mut stats.spin_only, 1);
         }
     }
     record(&mut stats.wait, state.wait_ns[index]);

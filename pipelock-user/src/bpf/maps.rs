@@ -143,6 +143,38 @@ pub fn read_identities(ebpf: &Ebpf) -> Result<Identities, Error> {
     Ok(ids)
 }
 
+/// Reads the identities and removes what was read from the kernel's maps:
+/// the collector keeps them, so each tick reads only what is new, and the
+/// maps hold the locks of one interval, not of every lock ever seen. A lock
+/// whose identity is gone is named again by the next program that needs it.
+pub fn take_identities(ebpf: &mut Ebpf) -> Result<Identities, Error> {
+    let ids = read_identities(ebpf)?;
+    let mut info: BpfHashMap<_, LockKey, LockInfo> =
+        BpfHashMap::try_from(map_mut(ebpf, maps::LOCK_INFO)?).map_err(map_err(maps::LOCK_INFO))?;
+    for key in ids.info.keys() {
+        let _ = info.remove(key);
+    }
+    let mut users: BpfHashMap<_, LockUser, [u8; 16]> =
+        BpfHashMap::try_from(map_mut(ebpf, maps::LOCK_USERS)?).map_err(map_err(maps::LOCK_USERS))?;
+    for (key, seen) in &ids.users {
+        for (tgid, _) in seen {
+            let _ = users.remove(&LockUser {
+                key: *key,
+                tgid: *tgid,
+                _pad: 0,
+            });
+        }
+    }
+    Ok(ids)
+}
+
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Map, Error> {
+    ebpf.map_mut(name).ok_or_else(|| Error::Missing {
+        kind: "map",
+        name: name.to_owned(),
+    })
+}
+
 /// The `DROPS` counters by reason, summed over CPUs.
 pub fn read_drops(ebpf: &Ebpf) -> Result<BTreeMap<String, u64>, Error> {
     let drops: PerCpuArray<_, u64> =
@@ -203,6 +235,17 @@ pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
         })
     })
     .collect()
+}
+
+/// Sets the identity maps' fill from what was just read of them.
+pub fn count_identities(fill: &mut [MapFill], ids: &Identities) {
+    for map in fill {
+        if map.name == maps::LOCK_INFO {
+            map.used = Some(ids.info.len());
+        } else if map.name == maps::LOCK_USERS {
+            map.used = Some(ids.users.values().map(Vec::len).sum());
+        }
+    }
 }
 
 /// `memlock:` of one of this process's BPF map descriptors.

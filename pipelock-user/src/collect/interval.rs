@@ -1,21 +1,102 @@
-//! `--interval` and `pipelock top`: each tick takes what the kernel gathered
-//! since the last one and keeps the running total in userspace, so both the
-//! interval's figures (max included) and the whole run's are exact.
-use std::time::Instant;
+//! `--interval`, `pipelock top`, and every trace's once-a-second drain: each
+//! tick takes what the kernel gathered since the last one and keeps the
+//! running total in userspace, so both the interval's figures (max
+//! included) and the whole run's are exact.
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    time::Instant,
+};
 
-use pipelock_common::LockStats;
+use pipelock_common::{LockKey, LockStats};
 
-use super::Tracer;
+use super::{Tracer, rows};
 use crate::{
     Error,
     bpf::maps::{self, Identities, Stats},
-    model::{Snapshot, timing::merge_stats},
+    model::{LockClass, Snapshot, SortKey, TraceReport, sort_rows, timing::merge_stats},
 };
 
+/// Locks a running total keeps one by one before the longest idle are folded
+/// into per-class "retired" rows: a trace of a churning system for hours then
+/// needs the memory of this many locks, not of every lock it ever saw.
+pub const MAX_TRACKED_LOCKS: usize = 8192;
+
+/// Everything since attach (or the last reset), bounded: no aya, no I/O.
+pub struct RunningTotal {
+    pub stats: Stats,
+    /// The tick each lock of `stats` was last active in.
+    last_seen: HashMap<LockKey, u64>,
+    /// Locks folded out of `stats`, by class: (how many, their sum).
+    pub retired: BTreeMap<Option<LockClass>, (u64, LockStats)>,
+    /// Identities of the locks in `stats` (the kernel's maps give each once).
+    pub known: Identities,
+    ticks: u64,
+    max_tracked: usize,
+}
+
+impl RunningTotal {
+    pub fn new(max_tracked: usize) -> Self {
+        Self {
+            stats: Stats::new(),
+            last_seen: HashMap::new(),
+            retired: BTreeMap::new(),
+            known: Identities::default(),
+            ticks: 0,
+            max_tracked,
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.stats.clear();
+        self.last_seen.clear();
+        self.retired.clear();
+    }
+
+    /// Adds one tick's statistics and identities.
+    pub fn add(&mut self, fresh: &Stats, ids: &Identities) {
+        self.known.merge(ids);
+        self.ticks += 1;
+        for (key, stats) in fresh {
+            merge_stats(self.stats.entry(*key).or_insert(LockStats::EMPTY), stats);
+            self.last_seen.insert(*key, self.ticks);
+        }
+        self.retire();
+    }
+
+    /// Folds the longest-idle locks beyond the limit into per-class sums,
+    /// and forgets their identities.
+    fn retire(&mut self) {
+        if self.stats.len() <= self.max_tracked {
+            return;
+        }
+        // Down to 90 %, so this is not paid again on the next tick.
+        let keep = self.max_tracked * 9 / 10;
+        let mut idle: Vec<(u64, LockKey)> = self.last_seen.iter().map(|(k, t)| (*t, *k)).collect();
+        idle.sort_unstable();
+        for (_, key) in idle.into_iter().take(self.stats.len() - keep) {
+            let Some(stats) = self.stats.remove(&key) else {
+                continue;
+            };
+            self.last_seen.remove(&key);
+            let class = self
+                .known
+                .info
+                .get(&key)
+                .and_then(|i| LockClass::from_id(i.class));
+            let (count, sum) = self.retired.entry(class).or_insert((0, LockStats::EMPTY));
+            *count += 1;
+            merge_stats(sum, &stats);
+        }
+        let stats = &self.stats;
+        self.known.info.retain(|key, _| stats.contains_key(key));
+        // A pipe's wait-queue rows take their processes from its mutex's key.
+        let owners: HashSet<u64> = stats.keys().map(|k| k.owner).collect();
+        self.known.users.retain(|key, _| owners.contains(&key.owner));
+    }
+}
+
 pub struct IntervalCollector {
-    total: Stats,
-    /// Every identity read so far: the kernel's map evicts old ones.
-    known: Identities,
+    total: RunningTotal,
     last: Instant,
     /// When the running total starts (attach, or the last reset).
     since: Instant,
@@ -24,8 +105,7 @@ pub struct IntervalCollector {
 impl IntervalCollector {
     pub fn new(tracer: &Tracer) -> Self {
         Self {
-            total: Stats::new(),
-            known: Identities::default(),
+            total: RunningTotal::new(MAX_TRACKED_LOCKS),
             last: tracer.started(),
             since: tracer.started(),
         }
@@ -38,25 +118,98 @@ impl IntervalCollector {
     }
 
     pub fn tick(&mut self, tracer: &mut Tracer) -> Result<Snapshot, Error> {
-        // Before the statistics are taken: that is when the maps are fullest.
-        let fresh_ids = maps::read_identities(tracer.ebpf())?;
-        let fill = maps::map_fill(tracer.ebpf(), &fresh_ids);
-        self.known.merge(&fresh_ids);
+        // Before the drain: the statistics maps are at their fullest.
+        let mut fill = maps::map_fill(tracer.ebpf(), &Identities::default());
         let fresh = maps::take_stats(tracer.ebpf_mut())?;
-        // Identities the programs wrote between the read above and the swap.
-        self.known.merge(&maps::read_identities(tracer.ebpf())?);
-        let ids = &self.known;
+        // After the swap: every program that wrote those statistics has
+        // returned, and named its locks first.
+        let fresh_ids = maps::take_identities(tracer.ebpf_mut())?;
+        maps::count_identities(&mut fill, &fresh_ids);
+        self.total.add(&fresh, &fresh_ids);
         let interval = self.last.elapsed();
         self.last = Instant::now();
-        for (key, stats) in &fresh {
-            merge_stats(self.total.entry(*key).or_insert(LockStats::EMPTY), stats);
-        }
-        let mut total = tracer.build_report(&self.total, ids, self.since.elapsed())?;
+        let mut interval_report = tracer.build_report(&fresh, &self.total.known, interval)?;
+        interval_report.maps = fill.clone();
+        let mut total = tracer.build_report(&self.total.stats, &self.total.known, self.since.elapsed())?;
         total.maps = fill.clone();
+        if !self.total.retired.is_empty() {
+            let (mode, hooked) = (tracer.short_mode(), tracer.attached().mode.is_hooked());
+            for (class, (count, stats)) in &self.total.retired {
+                total
+                    .locks
+                    .push(rows::retired(*class, *count, stats, &mode, hooked));
+            }
+            sort_rows(&mut total.locks, SortKey::WaitTotal);
+            total.totals = TraceReport::totals(&total.locks);
+        }
         Ok(Snapshot {
-            interval: tracer.build_report(&fresh, ids, interval)?,
+            interval: interval_report,
             total,
             fill,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pipelock_common::LockInfo;
+
+    use super::*;
+
+    fn contended(n: u64) -> LockStats {
+        LockStats {
+            contentions: n,
+            ..LockStats::EMPTY
+        }
+    }
+
+    /// A churning system: every tick brings new locks. The total stays at
+    /// its limit, nothing is lost from the sums, and the idle go first.
+    #[test]
+    fn a_running_total_stays_bounded_and_loses_nothing() {
+        let mut total = RunningTotal::new(100);
+        let mut sum = 0;
+        for tick in 0..50u64 {
+            let mut fresh = Stats::new();
+            let mut ids = Identities::default();
+            for i in 0..20 {
+                let key = LockKey {
+                    lock: 0x1000 + i,
+                    owner: tick * 100 + i,
+                };
+                fresh.insert(key, contended(i + 1));
+                ids.info.insert(
+                    key,
+                    LockInfo {
+                        class: LockClass::PipeMutex.id(),
+                        ..LockInfo::default()
+                    },
+                );
+                sum += i + 1;
+            }
+            // One lock stays busy all along: it must never be retired.
+            let busy = LockKey { lock: 1, owner: 1 };
+            fresh.insert(busy, contended(1));
+            sum += 1;
+            total.add(&fresh, &ids);
+            assert!(
+                total.stats.len() <= 100,
+                "tick {tick}: {} locks",
+                total.stats.len()
+            );
+            assert!(
+                total.stats.contains_key(&busy),
+                "tick {tick}: the busy lock was retired"
+            );
+        }
+        let kept: u64 = total.stats.values().map(|s| s.contentions).sum();
+        let retired: u64 = total.retired.values().map(|(_, s)| s.contentions).sum();
+        assert_eq!(kept + retired, sum, "every contention is in a row");
+        let (count, _) = total.retired[&Some(LockClass::PipeMutex)];
+        assert_eq!(count as usize + total.stats.len(), 50 * 20 + 1);
+        assert!(
+            total.known.info.len() <= 100,
+            "identities of retired locks are forgotten"
+        );
     }
 }

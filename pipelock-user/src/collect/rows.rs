@@ -1,10 +1,44 @@
 //! The maps' raw entries joined into model rows.
-use pipelock_common::LockKey;
+use pipelock_common::{LockKey, LockStats};
 
 use crate::{
     bpf::maps::{Identities, Stats},
-    model::{LockRow, SortKey, Timing, naming::identify, sort_rows},
+    model::{LockClass, LockRow, SortKey, Timing, naming::identify, sort_rows},
 };
+
+/// The row of the locks of one class a long trace folded together (the
+/// longest idle, beyond the number of locks it tracks one by one).
+pub fn retired(class: Option<LockClass>, count: u64, stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
+    LockRow {
+        class,
+        name: format!("({count} retired locks, idle longest)"),
+        ..measured(stats, mode, hooked)
+    }
+}
+
+/// A row's figures; what the lock is, the caller fills in.
+fn measured(stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
+    LockRow {
+        class: None,
+        lock_addr: 0,
+        owner: 0,
+        pipe_ino: None,
+        name: String::new(),
+        comms: Vec::new(),
+        mode: mode.to_owned(),
+        // The tracepoints see contended acquisitions only, and no release.
+        acquisitions: hooked.then_some(stats.acquisitions),
+        contentions: stats.contentions,
+        spin_only: stats.spin_only,
+        dropped: hooked.then_some(stats.dropped),
+        wait: Timing::from_hist(&stats.wait),
+        hold: if hooked {
+            Timing::from_hist(&stats.hold)
+        } else {
+            None
+        },
+    }
+}
 
 /// One row per lock of `stats`, named from `ids`, busiest first.
 pub fn rows(stats: &Stats, ids: &Identities, mode: &str, hooked: bool) -> Vec<LockRow> {
@@ -33,17 +67,7 @@ pub fn rows(stats: &Stats, ids: &Identities, mode: &str, hooked: bool) -> Vec<Lo
                 pipe_ino: identity.pipe_ino,
                 name: identity.name,
                 comms: users.iter().map(|(pid, comm)| format!("{comm}({pid})")).collect(),
-                mode: mode.to_owned(),
-                acquisitions: hooked.then_some(merged.acquisitions),
-                contentions: merged.contentions,
-                spin_only: merged.spin_only,
-                dropped: hooked.then_some(merged.dropped),
-                wait: Timing::from_hist(&merged.wait),
-                hold: if hooked {
-                    Timing::from_hist(&merged.hold)
-                } else {
-                    None
-                },
+                ..measured(merged, mode, hooked)
             }
         })
         .collect();

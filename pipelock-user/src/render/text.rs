@@ -1,5 +1,5 @@
 //! The report as text: perf-lock-style tables, times scaled ns/us/ms/s.
-use crate::model::{TraceReport, class_label};
+use crate::model::{MapFill, TraceReport, class_label};
 
 /// `1.23 ms`-style durations, as perf lock contention prints them.
 pub fn human_ns(ns: u64) -> String {
@@ -26,6 +26,9 @@ pub fn render(report: &TraceReport, top: usize) -> String {
     }
     for note in &report.notes {
         out.push_str(&format!("note: {note}\n"));
+    }
+    if !report.maps.is_empty() {
+        out.push_str(&maps_line(&report.maps));
     }
     out.push('\n');
     if report.locks.is_empty() {
@@ -122,6 +125,24 @@ pub fn render(report: &TraceReport, top: usize) -> String {
     out
 }
 
+/// `maps: LOCK_STATS_A 12/4096, … (kernel memory 9.1 MiB)`: how full each
+/// map was at the last drain (a full map drops events) and what they cost.
+fn maps_line(maps: &[MapFill]) -> String {
+    let fill: Vec<String> = maps
+        .iter()
+        .map(|m| match m.used {
+            Some(used) => format!("{} {used}/{}", m.name, m.capacity),
+            None => format!("{} lru/{}", m.name, m.capacity),
+        })
+        .collect();
+    let memory: u64 = maps.iter().filter_map(|m| m.memlock_bytes).sum();
+    format!(
+        "maps: {} (kernel memory {:.1} MiB)\n",
+        fill.join(", "),
+        memory as f64 / 1048576.0
+    )
+}
+
 fn abbreviate(items: &[String], keep: usize) -> String {
     if items.len() <= keep {
         items.join(" ")
@@ -153,5 +174,30 @@ mod tests {
             "per-lock drops are summed: {text}"
         );
         assert!(text.contains("note: lockref: n/a in tracepoint mode"), "{text}");
+    }
+
+    #[test]
+    fn the_header_says_how_full_each_map_is_and_what_they_cost() {
+        let mut report = sample();
+        assert!(!render(&report, 20).contains("maps:"), "no fill read: no line");
+        report.maps = vec![
+            MapFill {
+                name: "LOCK_STATS_A".into(),
+                used: Some(12),
+                capacity: 4096,
+                memlock_bytes: Some(3 << 20),
+            },
+            MapFill {
+                name: "TASK_PIPE".into(),
+                used: None,
+                capacity: 16384,
+                memlock_bytes: Some(1 << 19),
+            },
+        ];
+        let text = render(&report, 20);
+        assert!(
+            text.contains("maps: LOCK_STATS_A 12/4096, TASK_PIPE lru/16384 (kernel memory 3.5 MiB)\n"),
+            "{text}"
+        );
     }
 }
