@@ -24,7 +24,7 @@ use crate::{
     },
     error::one_line,
     kernel::{KernelInspector, privilege},
-    model::TraceReport,
+    model::{LockClass, TraceReport},
 };
 
 /// The mode a tracer ended up with, and why a better one was not used.
@@ -149,6 +149,14 @@ impl Tracer {
             },
         };
         notes.extend(coverage_notes(classes, attached.mode));
+        if classes.contains(LockClass::Lockref) && attached.mode.is_hooked() {
+            notes.push(
+                "lockref: `contended` counts calls that took the dentry's d_lock, whether the lockless cmpxchg \
+                 loop gave up under contention or the caller takes it by design (dput of a dentry with a \
+                 d_delete operation: pipefs, sockfs, unlinked files)"
+                    .to_owned(),
+            );
+        }
         if filters.task_filter_flags() != 0 {
             notes.extend(bpf::attach::task_filter(&mut ebpf, filters)?);
         }
