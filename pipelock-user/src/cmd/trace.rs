@@ -57,7 +57,7 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     }
     interrupt::catch();
     let child = program
-        .map(|program| spawn_command(&program, &args.command[1..]))
+        .map(|program| spawn_command(&program, &args.command))
         .transpose()?;
     eprintln!("pipelock: tracing with {} (Ctrl-C to stop)", tracer.mode());
     let show = |report: &mut TraceReport| {

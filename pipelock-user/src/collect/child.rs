@@ -27,11 +27,13 @@ pub fn find_program(program: &str) -> Result<PathBuf, Error> {
     found.ok_or_else(|| Error::Usage(format!("COMMAND {program}: no such program (or not executable)")))
 }
 
-/// Starts COMMAND in a process group of its own, so that ending the trace
-/// ends everything it started.
-pub fn spawn_command(program: &Path, args: &[String]) -> Result<Child, Error> {
+/// Starts COMMAND (`argv`, its program found at `program`) in a process
+/// group of its own, so that ending the trace ends everything it started.
+/// `argv[0]` stays as typed, as `execvp` leaves it.
+pub fn spawn_command(program: &Path, argv: &[String]) -> Result<Child, Error> {
     Command::new(program)
-        .args(args)
+        .arg0(argv.first().map_or("", String::as_str))
+        .args(argv.iter().skip(1))
         .process_group(0)
         .spawn()
         .map_err(|source| Error::Io {
