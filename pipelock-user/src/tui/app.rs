@@ -326,104 +326,11 @@ fn join_rows(interval: &TraceReport, total: &TraceReport, seconds: f64) -> Vec<T
 }
 
 #[cfg(test)]
-pub mod tests {
-    use std::collections::BTreeMap;
-
-    use crossterm::event::{KeyEventKind, KeyEventState};
-    use pipelock_common::Histogram;
+mod tests {
+    use crossterm::event::KeyCode;
 
     use super::*;
-    use crate::model::{LockClass, PERCENTILE_RESOLUTION};
-
-    pub fn key(code: KeyCode) -> KeyEvent {
-        KeyEvent {
-            code,
-            modifiers: KeyModifiers::NONE,
-            kind: KeyEventKind::Press,
-            state: KeyEventState::NONE,
-        }
-    }
-
-    fn timing(values: &[u64]) -> Option<Timing> {
-        let mut h = Histogram::EMPTY;
-        values.iter().for_each(|v| h.record(*v));
-        Timing::from_hist(&h)
-    }
-
-    fn row(addr: u64, class: LockClass, name: &str, contentions: u64, wait: &[u64]) -> LockRow {
-        LockRow {
-            class: Some(class),
-            lock_addr: addr,
-            owner: 0,
-            pipe_ino: None,
-            name: name.into(),
-            comms: vec![format!("herd({addr})")],
-            mode: "fentry".into(),
-            acquisitions: Some(contentions * 10),
-            contentions,
-            spin_only: 0,
-            dropped: Some(0),
-            wait: timing(wait),
-            hold: timing(&[100, 200]),
-        }
-    }
-
-    fn report(locks: Vec<LockRow>, duration_s: f64) -> TraceReport {
-        TraceReport {
-            kernel: "6.12.117".into(),
-            mode: "fentry".into(),
-            hold_unavailable_reason: None,
-            duration_s,
-            totals: TraceReport::totals(&locks),
-            locks,
-            drops: BTreeMap::from([("stale_pending".to_owned(), 3)]),
-            percentile_resolution: PERCENTILE_RESOLUTION.to_owned(),
-            notes: Vec::new(),
-            programs: vec![ProgramStats {
-                name: "mutex_lock_entry".into(),
-                run_count: 1000,
-                run_time_ns: 50_000,
-                recursion_misses: 0,
-            }],
-            maps: Vec::new(),
-            tracer_cpu_s: None,
-        }
-    }
-
-    /// An app after one sample with `n` locks (lock i: 10·i contentions).
-    pub fn app_with(n: u64) -> App {
-        let locks: Vec<LockRow> = (1..=n)
-            .map(|i| {
-                let class = if i % 2 == 0 {
-                    LockClass::PipeMutex
-                } else {
-                    LockClass::PipeRdWait
-                };
-                row(
-                    i,
-                    class,
-                    &format!("pipe:[{}]", 1000 + i),
-                    10 * i,
-                    &[i * 100, i * 1000],
-                )
-            })
-            .collect();
-        let mut app = App::new("6.12.117".into(), "fentry".into(), Vec::new(), 1.0);
-        app.on_sample(Sample {
-            snapshot: Snapshot {
-                interval: report(locks.clone(), 2.0),
-                total: report(locks, 10.0),
-                fill: vec![MapFill {
-                    name: "LOCK_STATS".into(),
-                    used: Some(n as usize),
-                    capacity: 4096,
-                    memlock_bytes: None,
-                }],
-            },
-            elapsed_s: 10.0,
-        });
-        app
-    }
+    use crate::tui::fixtures::{app_with, key, report};
 
     #[test]
     fn a_sample_becomes_rates_per_second() {

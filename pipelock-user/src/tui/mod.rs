@@ -2,5 +2,7 @@
 //! pure view of it, and the terminal guard. The event loop that wires them
 //! to a collector is `crate::cmd::top`.
 pub mod app;
+#[cfg(test)]
+pub mod fixtures;
 pub mod terminal;
 pub mod view;

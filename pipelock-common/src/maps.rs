@@ -1,0 +1,25 @@
+//! Map names in the eBPF object (the Rust static names of the maps).
+
+/// `PerCpuArray<u64>` with one slot: `lock:contention_begin` events seen.
+pub const CONTENTION_BEGIN_COUNT: &str = "CONTENTION_BEGIN_COUNT";
+/// `LruHashMap<PendingKey, Pending>`: a contended acquisition in progress.
+pub const PENDING: &str = "PENDING";
+/// `PerCpuHashMap<LockKey, LockStats>`, twice: the programs add to the
+/// one `STATS_SLOT` names while userspace drains the other.
+pub const LOCK_STATS: [&str; 2] = ["LOCK_STATS_A", "LOCK_STATS_B"];
+/// `Array<u32>` with one slot: which of `LOCK_STATS` the programs use.
+pub const STATS_SLOT: &str = "STATS_SLOT";
+/// `HashMap<u32 tid, TaskPipe>`: fentry mode, the pipe a task is reading or writing.
+pub const TASK_PIPE: &str = "TASK_PIPE";
+/// `LruHashMap<LockKey, LockInfo>`: what the lock belongs to.
+pub const LOCK_INFO: &str = "LOCK_INFO";
+/// `Array<u64>` with one slot: pipes freed since attach (hooked modes).
+pub const PIPE_FREES: &str = "PIPE_FREES";
+/// `HashMap<LockUser, [u8; 16]>`: processes (and their comm) seen on a lock.
+pub const LOCK_USERS: &str = "LOCK_USERS";
+/// `HashMap<u32 tid, TaskLockref>`: a lockref caller in progress.
+pub const TASK_LOCKREF: &str = "TASK_LOCKREF";
+/// `HashMap<u32 pid or tid, u32 task_filter bits>`: the tasks to record.
+pub const TASK_FILTER: &str = "TASK_FILTER";
+/// `PerCpuArray<u64>` indexed by [`crate::Drop`]: events not recorded, and why.
+pub const DROPS: &str = "DROPS";
