@@ -962,8 +962,23 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
             "COMMAND /no/such/program: no such program",
         ),
         (&["trace", "--", "no-such-program-pipelock"], 1, "no such program"),
+        (
+            &[
+                "trace",
+                "-p",
+                "0",
+                "--interval",
+                "1",
+                "--csv",
+                "/tmp/pipelock-bad-input.csv",
+            ],
+            1,
+            "-p 0: not a process id",
+        ),
         (&["trace", "-a", "-p", "1"], 2, "cannot be used with"),
     ];
+    let refused_csv = Path::new("/tmp/pipelock-bad-input.csv");
+    let _ = fs::remove_file(refused_csv);
     for (args, code, message) in cases {
         let out = run(pipelock().args(*args))?;
         let stderr = text(&out.stderr);
@@ -984,6 +999,11 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
         }
         ensure!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     }
+    ensure!(
+        !refused_csv.exists(),
+        "a refused trace left {} behind",
+        refused_csv.display()
+    );
     Ok(Outcome::Passed)
 }
 

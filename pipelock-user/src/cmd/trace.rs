@@ -35,6 +35,9 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         )));
     }
     let program = args.command.first().map(|p| find_program(p)).transpose()?;
+    let filters = args.tracing.filters(program.is_some());
+    // Before any file is created: a filter that matches nothing is refused.
+    filters.check()?;
     // An interval trace appends to its CSV as it goes; a plain one writes
     // its files once, atomically, at the end.
     let mut interval_csv = match (&args.csv, args.interval) {
@@ -50,7 +53,6 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     } else {
         HookBodies::Pipelock
     };
-    let filters = args.tracing.filters(program.is_some());
     let mut tracer = Tracer::attach_bodies(args.tracing.mode, &filters, ebpf_log, bodies)?;
     if args.bpf_stats {
         tracer.enable_run_stats();
