@@ -9,7 +9,7 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, Map, MapError, PerCpuArray, PerCpuHashMap},
 };
-use pipelock_common::{Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, maps};
+use pipelock_common::{Drop, LockInfo, LockKey, LockStats, LockUser, maps};
 
 use crate::{
     Error,
@@ -59,7 +59,8 @@ pub fn read_stats(ebpf: &Ebpf) -> Result<Stats, Error> {
 /// passes (every program that could still hold a pointer into the old map
 /// has returned), then the old map is read and emptied. Nothing is lost or
 /// counted twice, whatever runs meanwhile.
-pub fn take_stats(ebpf: &mut Ebpf) -> Result<Stats, Error> {
+/// Also returns the name of the map it drained.
+pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Stats, &'static str), Error> {
     let slot_map = ebpf.map_mut(maps::STATS_SLOT).ok_or_else(|| Error::Missing {
         kind: "map",
         name: maps::STATS_SLOT.to_owned(),
@@ -83,7 +84,7 @@ pub fn take_stats(ebpf: &mut Ebpf) -> Result<Stats, Error> {
         // entry that is read again (and removed) two ticks later.
         let _ = drained.remove(key);
     }
-    Ok(taken)
+    Ok((taken, name))
 }
 
 /// Waits until every BPF program running now has returned: they run inside
@@ -190,20 +191,15 @@ pub fn read_drops(ebpf: &Ebpf) -> Result<BTreeMap<String, u64>, Error> {
 /// How full each of pipelock's maps is: a full map drops events.
 pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
     // Counting keys costs a syscall per entry: the identity maps were just
-    // read, so only the small per-tick maps are walked here. The per-thread
-    // LRU maps evict old threads instead of dropping events; their fill is
-    // not counted.
+    // read, so only the statistics maps are walked (called after a drain,
+    // both are nearly empty; the drained one's count is what was taken).
+    // The LRU maps (per-thread state, pending waits) evict the oldest instead
+    // of dropping events; their fill is not counted.
     let count = |name: &str| -> Option<usize> {
         let map = ebpf.map(name)?;
         match name {
             name if maps::LOCK_STATS.contains(&name) => Some(
                 PerCpuHashMap::<_, LockKey, LockStats>::try_from(map)
-                    .ok()?
-                    .keys()
-                    .count(),
-            ),
-            maps::PENDING => Some(
-                BpfHashMap::<_, PendingKey, Pending>::try_from(map)
                     .ok()?
                     .keys()
                     .count(),
@@ -235,17 +231,6 @@ pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
         })
     })
     .collect()
-}
-
-/// Sets the identity maps' fill from what was just read of them.
-pub fn count_identities(fill: &mut [MapFill], ids: &Identities) {
-    for map in fill {
-        if map.name == maps::LOCK_INFO {
-            map.used = Some(ids.info.len());
-        } else if map.name == maps::LOCK_USERS {
-            map.used = Some(ids.users.values().map(Vec::len).sum());
-        }
-    }
 }
 
 /// `memlock:` of one of this process's BPF map descriptors.

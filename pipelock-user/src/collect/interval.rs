@@ -118,13 +118,15 @@ impl IntervalCollector {
     }
 
     pub fn tick(&mut self, tracer: &mut Tracer) -> Result<Snapshot, Error> {
-        // Before the drain: the statistics maps are at their fullest.
-        let mut fill = maps::map_fill(tracer.ebpf(), &Identities::default());
-        let fresh = maps::take_stats(tracer.ebpf_mut())?;
+        let (fresh, drained) = maps::take_stats(tracer.ebpf_mut())?;
         // After the swap: every program that wrote those statistics has
         // returned, and named its locks first.
         let fresh_ids = maps::take_identities(tracer.ebpf_mut())?;
-        maps::count_identities(&mut fill, &fresh_ids);
+        let mut fill = maps::map_fill(tracer.ebpf(), &fresh_ids);
+        // The drained map was as full as what it gave (it is empty now).
+        if let Some(map) = fill.iter_mut().find(|m| m.name == drained) {
+            map.used = Some(fresh.len());
+        }
         self.total.add(&fresh, &fresh_ids);
         let interval = self.last.elapsed();
         self.last = Instant::now();

@@ -56,11 +56,6 @@ impl LockClass {
     pub fn from_id(id: u32) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.id() == id)
     }
-
-    /// One of the pipe's own locks (named `pipe:[ino]`).
-    pub fn is_pipe_lock(self) -> bool {
-        matches!(self, Self::PipeMutex | Self::PipeRdWait | Self::PipeWrWait)
-    }
 }
 
 impl fmt::Display for LockClass {
