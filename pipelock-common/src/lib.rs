@@ -57,16 +57,21 @@ pub enum Drop {
     UsersFull = 3,
     /// `TASK_FILTER` was full: a child of the traced command is not followed.
     FollowFull = 4,
+    /// Tracepoint mode: a contention inside a pipe call's syscall that ran
+    /// in interrupt context (on an interrupt stack): not that call's, so
+    /// not recorded.
+    InInterrupt = 5,
 }
 
 impl Drop {
-    pub const COUNT: u32 = 5;
-    pub const ALL: [Self; 5] = [
+    pub const COUNT: u32 = 6;
+    pub const ALL: [Self; 6] = [
         Self::PendingFull,
         Self::StatsFull,
         Self::StalePending,
         Self::UsersFull,
         Self::FollowFull,
+        Self::InInterrupt,
     ];
 
     /// How the report names it.
@@ -77,6 +82,7 @@ impl Drop {
             Self::StalePending => "stale_pending",
             Self::UsersFull => "users_full",
             Self::FollowFull => "follow_full",
+            Self::InInterrupt => "in_interrupt",
         }
     }
 }
@@ -106,14 +112,30 @@ pub struct TraceConfig {
     /// `pipe_inode_info.rd_wait` + `wait_queue_head.lock`.
     pub pipe_rd_wait_lock: u32,
     pub pipe_wr_wait_lock: u32,
-    /// `pt_regs.orig_ax` and `pt_regs.di` (the syscall number and first argument).
+    /// `pt_regs.orig_ax`, `.di`, `.si`, `.dx` (the syscall number and first
+    /// three arguments).
     pub regs_syscall_nr: u32,
     pub regs_arg0: u32,
-    /// Syscall numbers of read, write, readv, writev on this architecture.
+    pub regs_arg1: u32,
+    pub regs_arg2: u32,
+    /// Syscall numbers of read, write, readv, writev, splice, tee and vmsplice
+    /// on this architecture.
     pub nr_read: u32,
     pub nr_write: u32,
     pub nr_readv: u32,
     pub nr_writev: u32,
+    pub nr_splice: u32,
+    pub nr_tee: u32,
+    pub nr_vmsplice: u32,
+    /// `task_struct.stack` and the kernel stack's size: a `tp_btf` event
+    /// whose arguments are not on the current task's stack runs on an
+    /// interrupt stack, on top of whatever task it interrupted.
+    pub task_stack: u32,
+    pub thread_size: u32,
+    /// `task_struct.group_leader` and `.comm`: `-c` matches an io_uring
+    /// worker (`iou-wrk-PID`) by its process's command name.
+    pub task_group_leader: u32,
+    pub task_comm: u32,
     /// Which tasks to record: 0 all, else those `TASK_FILTER` marks
     /// ([`task_filter`]); with [`task_filter::BY_TID`] set, threads are looked
     /// up by thread id too.
@@ -192,41 +214,52 @@ impl LockStats {
     };
 }
 
-/// Index of a pipe's locks in [`TaskPipe`]'s arrays.
+/// Index of a pipe's locks in [`TaskPipe`]'s arrays: lock `l` of the call's
+/// pipe `p` (0 or 1: `splice` and `tee` between two pipes hold both) is at
+/// `p * COUNT + l`.
 pub mod pipe_lock {
     pub const MUTEX: usize = 0;
     pub const RD_WAIT: usize = 1;
     pub const WR_WAIT: usize = 2;
     pub const COUNT: usize = 3;
+    /// Pipes one call can lock.
+    pub const PIPES: usize = 2;
+    /// Entries of [`super::TaskPipe`]'s per-lock arrays.
+    pub const SLOTS: usize = PIPES * COUNT;
 }
 
-/// fentry mode: a task inside pipe_read/pipe_write, and where each of the
-/// pipe's three locks stands for it.
+/// Hooked modes: a task inside a pipe call (read/write, splice, tee,
+/// vmsplice), and where each of its pipes' locks stands for it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskPipe {
-    pub pipe: u64,
-    /// The call's `struct kiocb`: its file (pipe, inode number) is read only
-    /// on the thread's first call on a pipe, not on every call.
+    /// The call's pipes (`pipe_inode_info`, whose mutex is at offset 0); 0
+    /// for none (outside a call, or the second pipe of a one-pipe call).
+    pub pipe: [u64; pipe_lock::PIPES],
+    /// Their inode numbers: the [`LockKey::owner`] of their locks.
+    pub ino: [u64; pipe_lock::PIPES],
+    /// A read/write's `struct kiocb`: its file (pipe, inode number) is read
+    /// only on the thread's first call on a pipe, not on every call.
     pub kiocb: u64,
     /// When the lock call started (0: not in a lock call).
-    pub wait_start: [u64; pipe_lock::COUNT],
+    pub wait_start: [u64; pipe_lock::SLOTS],
     /// When the lock was acquired (0: not held by this task).
-    pub hold_start: [u64; pipe_lock::COUNT],
+    pub hold_start: [u64; pipe_lock::SLOTS],
     /// The wait of the current acquisition, recorded with its hold at the
     /// release (one statistics lookup per lock/unlock pair).
-    pub wait_ns: [u64; pipe_lock::COUNT],
+    pub wait_ns: [u64; pipe_lock::SLOTS],
     /// A `contention_begin` was seen during the current lock call.
-    pub contended: [u32; pipe_lock::COUNT],
+    pub contended: [u32; pipe_lock::SLOTS],
     /// AND of those begins' flags (`LCB_F_SPIN` kept: it only spun).
-    pub flags_and: [u32; pipe_lock::COUNT],
-    /// Bit `1 << index`: that lock of `noted_pipe` has its `LOCK_INFO` entry.
+    pub flags_and: [u32; pipe_lock::SLOTS],
+    /// Bit `1 << index`: that lock has its `LOCK_INFO` entry (bits 0..3 are
+    /// kept across read/write calls on `noted_pipe`).
     pub registered: u32,
     pub _pad: u32,
-    /// The pipe this thread was last recorded on in `LOCK_USERS`.
+    /// The pipe this thread's read/write calls were last recorded on in
+    /// `LOCK_USERS`, and its inode number.
     pub noted_pipe: u64,
-    /// That pipe's inode number: the [`LockKey::owner`] of its locks.
-    pub ino: u64,
+    pub noted_ino: u64,
     /// `PIPE_FREES` when `noted_pipe` was checked: once any pipe has been
     /// freed since, the address may now be another pipe's, and is checked again.
     pub frees_seen: u64,

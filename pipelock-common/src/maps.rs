@@ -2,6 +2,9 @@
 
 /// `PerCpuArray<u64>` with one slot: `lock:contention_begin` events seen.
 pub const CONTENTION_BEGIN_COUNT: &str = "CONTENTION_BEGIN_COUNT";
+/// `PerCpuArray<u64>` with four slots: the self-test's interrupt-context
+/// check (syscalls on/off a task stack, softirqs on/off one).
+pub const INTERRUPT_CHECK: &str = "INTERRUPT_CHECK";
 /// `LruHashMap<PendingKey, Pending>`: a contended acquisition in progress.
 pub const PENDING: &str = "PENDING";
 /// `PerCpuHashMap<LockKey, LockStats>`, twice: the programs add to the

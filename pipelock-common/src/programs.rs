@@ -4,6 +4,10 @@
 pub const CONTENTION_BEGIN_COUNT_TP: &str = "contention_begin_count_tp";
 /// The same counter as a BTF-enabled (`tp_btf`) tracepoint program.
 pub const CONTENTION_BEGIN_COUNT_BTF: &str = "contention_begin_count_btf";
+/// `pipelock probe --self-test`: tracepoint mode's interrupt-context check,
+/// judged on syscalls (task context) and softirqs (interrupt context).
+pub const SELFTEST_SYS_ENTER: &str = "selftest_sys_enter";
+pub const SELFTEST_SOFTIRQ_ENTRY: &str = "selftest_softirq_entry";
 /// Empty fentry program: `pipelock probe` loads it to learn whether fentry works.
 pub const PROBE_FENTRY: &str = "probe_fentry";
 /// Empty kprobe program: `pipelock probe` attaches it to learn whether kprobes work.
@@ -26,6 +30,17 @@ pub const MUTEX_UNLOCK_ENTRY: &str = "mutex_unlock_entry";
 /// `free_pipe_info`: a pipe is freed, its address may be reused.
 pub const PIPE_FREE_ENTRY: &str = "pipe_free_entry";
 pub const KP_PIPE_FREE_ENTRY: &str = "kp_pipe_free_entry";
+/// splice, tee and vmsplice take pipe locks outside read/write.
+pub const SPLICE_ENTRY: &str = "splice_entry";
+pub const SPLICE_EXIT: &str = "splice_exit";
+pub const TEE_ENTRY: &str = "tee_entry";
+pub const TEE_EXIT: &str = "tee_exit";
+pub const VMSPLICE_ENTRY: &str = "vmsplice_entry";
+pub const VMSPLICE_EXIT: &str = "vmsplice_exit";
+pub const KP_SPLICE_ENTRY: &str = "kp_splice_entry";
+pub const KP_TEE_ENTRY: &str = "kp_tee_entry";
+pub const KP_VMSPLICE_ENTRY: &str = "kp_vmsplice_entry";
+pub const KP_SPLICE_CALL_EXIT: &str = "kp_splice_call_exit";
 pub const SPIN_LOCK_IRQSAVE_ENTRY: &str = "spin_lock_irqsave_entry";
 pub const SPIN_LOCK_IRQSAVE_EXIT: &str = "spin_lock_irqsave_exit";
 pub const SPIN_UNLOCK_IRQRESTORE_ENTRY: &str = "spin_unlock_irqrestore_entry";
@@ -71,7 +86,7 @@ pub const KP_DENTRY_SPIN_UNLOCK_ENTRY: &str = "kp_dentry_spin_unlock_entry";
 /// Programs that do nothing, attached at the same hooks by `pipelock
 /// overhead` to measure the attach mechanism's own cost: one fentry/fexit
 /// pair per hook (a trampoline program is verified for one function).
-pub const EMPTY_FENTRY: [&str; 13] = [
+pub const EMPTY_FENTRY: [&str; 16] = [
     "empty_fentry_0",
     "empty_fentry_1",
     "empty_fentry_2",
@@ -85,8 +100,11 @@ pub const EMPTY_FENTRY: [&str; 13] = [
     "empty_fentry_10",
     "empty_fentry_11",
     "empty_fentry_12",
+    "empty_fentry_13",
+    "empty_fentry_14",
+    "empty_fentry_15",
 ];
-pub const EMPTY_FEXIT: [&str; 13] = [
+pub const EMPTY_FEXIT: [&str; 16] = [
     "empty_fexit_0",
     "empty_fexit_1",
     "empty_fexit_2",
@@ -100,6 +118,9 @@ pub const EMPTY_FEXIT: [&str; 13] = [
     "empty_fexit_10",
     "empty_fexit_11",
     "empty_fexit_12",
+    "empty_fexit_13",
+    "empty_fexit_14",
+    "empty_fexit_15",
 ];
 pub const EMPTY_KPROBE: &str = "empty_kprobe";
 pub const EMPTY_KRETPROBE: &str = "empty_kretprobe";

@@ -11,8 +11,10 @@
     reason = "core_intrinsics, for atomic adds on the BPF target"
 )]
 
+mod files;
 mod maps;
 mod probes;
+mod task;
 
 #[cfg(not(test))]
 #[panic_handler]

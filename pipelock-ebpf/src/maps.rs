@@ -28,10 +28,19 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
     pipe_wr_wait_lock: 0,
     regs_syscall_nr: 0,
     regs_arg0: 0,
+    regs_arg1: 0,
+    regs_arg2: 0,
     nr_read: 0,
     nr_write: 0,
     nr_readv: 0,
     nr_writev: 0,
+    nr_splice: 0,
+    nr_tee: 0,
+    nr_vmsplice: 0,
+    task_stack: 0,
+    thread_size: 0,
+    task_group_leader: 0,
+    task_comm: 0,
     filter_tasks: 0,
     task_tgid: 0,
     class_mask: 0,
@@ -90,15 +99,19 @@ pub(crate) static TASK_PIPE: LruHashMap<u32, TaskPipe> = LruHashMap::with_max_en
 #[map]
 pub(crate) static TASK_LOCKREF: LruHashMap<u32, TaskLockref> = LruHashMap::with_max_entries(16384, 0);
 
+/// The configuration, read in place: a copy would take a third of the
+/// 512-byte stack and cost a copy per run.
 #[inline(always)]
-pub(crate) fn config() -> TraceConfig {
-    // SAFETY: a plain global; the volatile read keeps the compiler from
-    // folding the zero initialiser userspace overrides.
-    unsafe { core::ptr::read_volatile(&TRACE_CONFIG) }
+pub(crate) fn config() -> &'static TraceConfig {
+    let at: *const TraceConfig = &TRACE_CONFIG;
+    // SAFETY: a plain global. The volatile read of its address hides from
+    // the compiler where the fields are read, so it cannot fold the zero
+    // initialiser that userspace overrides at load.
+    unsafe { &*core::ptr::read_volatile(&at) }
 }
 
-/// The traced command's process tree, `-p`, `-t` and `-c`: whether the
-/// current task is one to record.
+/// The traced command's process tree, `-p`, `-t` and `-c` (the thread's or
+/// its process's command name): whether the current task is one to record.
 #[inline(always)]
 pub(crate) fn wanted(cfg: &TraceConfig, pid_tgid: u64) -> bool {
     if cfg.filter_tasks != 0 {
@@ -112,7 +125,11 @@ pub(crate) fn wanted(cfg: &TraceConfig, pid_tgid: u64) -> bool {
             return false;
         }
     }
-    cfg.filter_comm_set == 0 || bpf_get_current_comm().is_ok_and(|comm| comm == cfg.filter_comm)
+    cfg.filter_comm_set == 0
+        || bpf_get_current_comm().is_ok_and(|comm| comm == cfg.filter_comm)
+        // A thread named apart from its process (an io_uring worker):
+        // `-c` names processes.
+        || crate::task::process_comm(cfg).is_some_and(|comm| comm == cfg.filter_comm)
 }
 
 /// `*at += value`, atomically (BPF's `lock *(u64 *)(r + 0) += v`).

@@ -28,6 +28,13 @@ enum Scope {
     Host,
 }
 
+#[path = "integration/splice.rs"]
+mod splice;
+use splice::{
+    fentry_counts_io_uring_pipe_reads, fentry_counts_splice_tee_vmsplice, kprobe_counts_io_uring_pipe_reads,
+    kprobe_counts_splice_tee_vmsplice, tracepoint_names_the_pipe_of_splice_calls,
+};
+
 type Test = (&'static str, Scope, fn() -> Result<Outcome>);
 
 /// `tests![Scope name, …]`: each test function, named once.
@@ -67,6 +74,11 @@ const TESTS: &[Test] = tests![
     Host a_minute_of_churn_keeps_memory_flat,
     Kernel fentry_counts_nonblocking_pipe_io,
     Kernel kprobe_counts_nonblocking_pipe_io,
+    Kernel fentry_counts_splice_tee_vmsplice,
+    Kernel kprobe_counts_splice_tee_vmsplice,
+    Kernel fentry_counts_io_uring_pipe_reads,
+    Kernel kprobe_counts_io_uring_pipe_reads,
+    Host tracepoint_names_the_pipe_of_splice_calls,
     Kernel fentry_records_pipe_wait_alone,
     Kernel kprobe_records_pipe_wait_alone,
     Kernel fentry_counts_lockref_calls_of_a_stat_storm,
@@ -318,6 +330,15 @@ fn main() {
     }
     if args.get(1).is_some_and(|a| a == "--pipe-breadth") {
         pipe_breadth(&args[2..]);
+    }
+    if args.get(1).is_some_and(|a| a == "--splice-io") {
+        splice::splice_io(&args[2..]);
+    }
+    if args.get(1).is_some_and(|a| a == "--splice-herd") {
+        splice::splice_herd(&args[2..]);
+    }
+    if args.get(1).is_some_and(|a| a == "--uring-pipe-io") {
+        splice::uring_pipe_io(&args[2..]);
     }
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
@@ -599,6 +620,35 @@ fn self_test_counts_real_contention() -> Result<Outcome> {
         .with_context(|| format!("no count in:\n{report}"))?;
     ensure!(count > 0, "self-test counted no contention");
     ensure!(report.contains("self-test: passed"), "no pass line");
+    // Tracepoint mode's interrupt check, judged on events of known context:
+    // the numbers in "syscalls A on a task stack, B not; softirqs (outside
+    // ksoftirqd) C on an interrupt stack, D not".
+    let line = report
+        .lines()
+        .find_map(|l| l.strip_prefix("self-test: interrupt-context check: "))
+        .with_context(|| format!("no interrupt-check line in:\n{report}"))?;
+    if line.starts_with("skipped") {
+        println!("  interrupt-context check {line}");
+        return Ok(Outcome::Passed);
+    }
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [syscalls, syscalls_elsewhere, softirqs, softirqs_on_task, ..] = numbers[..] else {
+        bail!("interrupt check: {line}")
+    };
+    ensure!(
+        syscalls > 0 && syscalls_elsewhere == 0 && softirqs > 0,
+        "interrupt check: {line}"
+    );
+    // Debian's kernels under qemu take every interrupt on the interrupt
+    // stacks (some virtualised hosts run tick softirqs on the task's).
+    ensure!(
+        !in_vm() || softirqs_on_task == 0,
+        "interrupt check in the VM: {line}"
+    );
+    println!("  interrupt-context check: {line}");
     Ok(Outcome::Passed)
 }
 

@@ -278,6 +278,7 @@ pub fn bench_overhead(
             timeout: std::time::Duration::from_secs(3600),
             kvm: false,
             verbose: false,
+            tests: Vec::new(),
         };
         for boot in crate::vm::boot_each(root, tools, &options, &guest)? {
             let table = boot

@@ -96,6 +96,9 @@ struct VmArgs {
     /// Print the qemu command line and keep the initramfs under target/vm.
     #[arg(long)]
     verbose: bool,
+    /// Only the integration tests whose name contains this (repeatable).
+    #[arg(long = "test", value_name = "NAME")]
+    tests: Vec<String>,
 }
 
 impl VmArgs {
@@ -105,6 +108,7 @@ impl VmArgs {
             timeout: std::time::Duration::from_secs(self.timeout),
             kvm: self.kvm,
             verbose: self.verbose,
+            tests: self.tests.clone(),
         }
     }
 }
@@ -227,6 +231,7 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
         timeout: 600,
         kvm: false,
         verbose: false,
+        tests: Vec::new(),
     };
     vm::vm_test(root, &tools, &vm_args.options()).map(drop)
 }

@@ -2,14 +2,15 @@
 //! `lock:contention_begin/end`, for kernels where neither fentry nor kprobes
 //! work. Pipe locks are recognised only on the contended path, where the
 //! event already costs a sleep or a spin: the waiting task's user registers
-//! give the syscall and its fd, the fd gives the file, a FIFO inode says
-//! it is a pipe, and `private_data` is the `pipe_inode_info` whose mutex
-//! (offset 0) and wait-queue locks the address is compared against.
+//! give the syscall and its fds (read, write, readv, writev, vmsplice: the
+//! first argument; splice: in and out; tee: in and out), each fd gives a
+//! file, a FIFO inode says it is a pipe, and `private_data` is the
+//! `pipe_inode_info` whose mutex (offset 0) and wait-queue locks the
+//! address is compared against. Events in interrupt context are left out
+//! (`tp_btf` only, see `on_task_stack`): they are not the syscall's.
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf, bpf_ktime_get_ns,
-        bpf_task_pt_regs,
-    },
+    EbpfContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_ktime_get_ns, bpf_task_pt_regs},
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
@@ -19,54 +20,77 @@ use pipelock_common::{
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 
-use crate::maps::{LOCK_INFO, PENDING, bump, config, count_drop, note_user, read, record, stats_of, wanted};
+use crate::{
+    files::{file_of_fd, pipe_of_file},
+    maps::{LOCK_INFO, PENDING, bump, config, count_drop, note_user, read, record, stats_of, wanted},
+    task::on_task_stack,
+};
 
-const S_IFMT: u16 = 0o170000;
-const S_IFIFO: u16 = 0o010000;
+/// The class of `lock` if it is one of `pipe`'s own locks.
+#[inline(always)]
+fn pipe_class(cfg: &TraceConfig, pipe: u64, lock: u64) -> Option<u32> {
+    if lock == pipe {
+        Some(class::PIPE_MUTEX)
+    } else if lock == pipe + cfg.pipe_rd_wait_lock as u64 {
+        Some(class::PIPE_RD_WAIT)
+    } else if lock == pipe + cfg.pipe_wr_wait_lock as u64 {
+        Some(class::PIPE_WR_WAIT)
+    } else {
+        None
+    }
+}
+
+/// The pipe behind the current task's fd in syscall argument register
+/// `arg` (an offset in `pt_regs`).
+#[inline(always)]
+fn pipe_of_arg(cfg: &TraceConfig, regs: u64, arg: u32) -> Option<(u64, u64)> {
+    let fd = read::<u64>(regs + arg as u64)? as u32 as u64;
+    pipe_of_file(cfg, file_of_fd(cfg, fd)?)
+}
 
 /// (class, pipe, inode number) if `lock` belongs to, or is contended inside,
-/// a read/write syscall on a pipe by the current task.
+/// a pipe syscall of the current task.
 #[inline(always)]
 fn classify(cfg: &TraceConfig, lock: u64) -> Option<(u32, u64, u64)> {
     // SAFETY: helpers without preconditions; the result is only read through
     // bpf_probe_read_kernel.
     let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
     let nr = read::<u64>(regs + cfg.regs_syscall_nr as u64)? as u32;
-    if nr != cfg.nr_read && nr != cfg.nr_write && nr != cfg.nr_readv && nr != cfg.nr_writev {
-        return None;
-    }
-    let fd = read::<u64>(regs + cfg.regs_arg0 as u64)? as u32 as u64;
-    // SAFETY: no preconditions; used as an address for probe reads only.
-    let task = unsafe { bpf_get_current_task() };
-    let files = read::<u64>(task + cfg.task_files as u64)?;
-    let fdt = read::<u64>(files + cfg.files_fdt as u64)?;
-    let max_fds = read::<u32>(fdt + cfg.fdt_max_fds as u64)? as u64;
-    if fd >= max_fds {
-        return None;
-    }
-    let fd_array = read::<u64>(fdt + cfg.fdt_fd as u64)?;
-    let file = read::<u64>(fd_array + fd * 8)?;
-    let inode = read::<u64>(file + cfg.file_inode as u64)?;
-    let mode = read::<u16>(inode + cfg.inode_mode as u64)?;
-    if mode & S_IFMT != S_IFIFO {
-        return None;
-    }
-    let pipe = read::<u64>(file + cfg.file_private_data as u64)?;
-    let class = if lock == pipe {
-        class::PIPE_MUTEX
-    } else if lock == pipe + cfg.pipe_rd_wait_lock as u64 {
-        class::PIPE_RD_WAIT
-    } else if lock == pipe + cfg.pipe_wr_wait_lock as u64 {
-        class::PIPE_WR_WAIT
+    let second = if nr == cfg.nr_read
+        || nr == cfg.nr_write
+        || nr == cfg.nr_readv
+        || nr == cfg.nr_writev
+        || nr == cfg.nr_vmsplice
+    {
+        None
+    } else if nr == cfg.nr_splice {
+        Some(cfg.regs_arg2)
+    } else if nr == cfg.nr_tee {
+        Some(cfg.regs_arg1)
     } else {
-        class::OTHER_IN_PIPE_CALL
+        return None;
     };
-    let ino = read::<u64>(inode + cfg.inode_ino as u64).unwrap_or(0);
-    Some((class, pipe, ino))
+    let first = pipe_of_arg(cfg, regs, cfg.regs_arg0);
+    if let Some((pipe, ino)) = first
+        && let Some(class) = pipe_class(cfg, pipe, lock)
+    {
+        return Some((class, pipe, ino));
+    }
+    let second = second.and_then(|arg| pipe_of_arg(cfg, regs, arg));
+    if let Some((pipe, ino)) = second
+        && let Some(class) = pipe_class(cfg, pipe, lock)
+    {
+        return Some((class, pipe, ino));
+    }
+    // Another lock contended inside the call: the row of its (first) pipe.
+    let (pipe, ino) = first.or(second)?;
+    Some((class::OTHER_IN_PIPE_CALL, pipe, ino))
 }
 
+/// `ctx_address`: where a `tp_btf` program's arguments are (None for a
+/// classic tracepoint, whose record is in the trace buffer: no check).
 #[inline(always)]
-fn on_begin(lock: u64, flags: u32) {
+fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let waiting = PendingKey {
         tid: pid_tgid as u32,
@@ -98,6 +122,12 @@ fn on_begin(lock: u64, flags: u32) {
         return;
     };
     if cfg.class_mask & (1 << class) == 0 {
+        return;
+    }
+    if let Some(at) = ctx_address
+        && !on_task_stack(&cfg, at)
+    {
+        count_drop(Drop::InInterrupt);
         return;
     }
     // Each lock is one row per pipe: a run-queue lock contended in calls on
@@ -167,7 +197,7 @@ fn on_end(lock: u64) {
 pub fn pipe_contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
     // contention_begin(void *lock, unsigned int flags)
     let (lock, flags): (u64, u32) = (ctx.arg(0), ctx.arg(1));
-    on_begin(lock, flags);
+    on_begin(lock, flags, Some(ctx.as_ptr().cast_const()));
     0
 }
 
@@ -188,7 +218,7 @@ pub fn pipe_contention_begin_tp(ctx: TracePointContext) -> u32 {
     // SAFETY: reads inside the tracepoint record.
     if let (Ok(lock), Ok(flags)) = unsafe { (ctx.read_at::<u64>(TP_LOCK_ADDR), ctx.read_at::<u32>(TP_FLAGS)) }
     {
-        on_begin(lock, flags);
+        on_begin(lock, flags, None);
     }
     0
 }

@@ -38,6 +38,9 @@ empty_trampolines!(
     empty_fentry_10 empty_fexit_10,
     empty_fentry_11 empty_fexit_11,
     empty_fentry_12 empty_fexit_12,
+    empty_fentry_13 empty_fexit_13,
+    empty_fentry_14 empty_fexit_14,
+    empty_fentry_15 empty_fexit_15,
 );
 
 #[kprobe]

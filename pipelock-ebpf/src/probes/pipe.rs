@@ -1,12 +1,15 @@
 //! fentry mode: every acquisition of a pipe's mutex and wait-queue spinlocks,
 //! with wait (lock call → acquired) and hold (acquired → unlock) times.
 //!
-//! pipe_read/pipe_write (or anon_pipe_*) entry marks the task as inside a
-//! pipe call, and the call's first mutex_lock names the pipe; the lock and
-//! unlock hooks, which fire for every mutex and spinlock in the system, do
-//! one hash lookup by thread id and compare the lock address with that
-//! pipe's three locks before touching anything else. A read/write that
-//! sleeps drops and retakes the mutex: each lock/unlock pair is its own hold.
+//! A pipe call's entry marks the task as inside one: pipe_read/pipe_write
+//! (or anon_pipe_*), whose first mutex_lock names the pipe, and splice, tee
+//! and vmsplice, which take the pipe lock outside read/write and whose pipes
+//! (two for splice and tee between pipes) are read from their files at
+//! entry. The lock and unlock hooks, which fire for every mutex and
+//! spinlock in the system, do one hash lookup by thread id and compare the
+//! lock address with the call's pipes' locks before touching anything
+//! else. A call that sleeps drops and retakes the mutex: each lock/unlock
+//! pair is its own hold.
 //!
 //! The mutex has no exit hook: its fast path is one cmpxchg, so an
 //! acquisition without `contention_begin` counts as acquired at the lock
@@ -20,14 +23,20 @@ use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
-use pipelock_common::{LCB_F_SPIN, LockInfo, LockKey, TaskPipe, class, pipe_lock};
-
-use crate::maps::{
-    LOCK_INFO, PIPE_FREES, TASK_PIPE, bump, config, count_drop, note_user, pipe_frees, read, record,
-    stats_of, wanted,
+use pipelock_common::{
+    LCB_F_SPIN, LockInfo, LockKey, TaskPipe, TraceConfig, class,
+    pipe_lock::{self, COUNT, PIPES, SLOTS},
 };
 
-const CLASSES: [u32; pipe_lock::COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
+use crate::{
+    files::{file_of_fd, pipe_of_file},
+    maps::{
+        LOCK_INFO, PIPE_FREES, TASK_PIPE, bump, config, count_drop, note_user, pipe_frees, read, record,
+        stats_of, wanted,
+    },
+};
+
+const CLASSES: [u32; COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
 
 #[inline(always)]
 fn tid() -> u32 {
@@ -40,37 +49,103 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// `TaskPipe::pipe` inside a pipe call whose mutex has not been taken yet
-/// (no lock lives at address 1).
+/// `TaskPipe::pipe[0]` inside a read/write whose mutex has not been taken
+/// yet (no lock lives at address 1).
 const PIPE_PENDING: u64 = 1;
+
+/// Zeroed template for a thread's first entry (too big for the stack).
+static EMPTY_TASK_PIPE: TaskPipe = TaskPipe {
+    pipe: [0; PIPES],
+    ino: [0; PIPES],
+    kiocb: 0,
+    wait_start: [0; SLOTS],
+    hold_start: [0; SLOTS],
+    wait_ns: [0; SLOTS],
+    contended: [0; SLOTS],
+    flags_and: [0; SLOTS],
+    registered: 0,
+    _pad: 0,
+    noted_pipe: 0,
+    noted_ino: 0,
+    frees_seen: 0,
+};
+
+/// The thread's call state, created on its first pipe call.
+#[inline(always)]
+fn task_state(tid: u32) -> Option<&'static mut TaskPipe> {
+    if TASK_PIPE.get_ptr_mut(tid).is_none() && TASK_PIPE.insert(tid, &EMPTY_TASK_PIPE, 0).is_err() {
+        count_drop(pipelock_common::Drop::PendingFull);
+        return None;
+    }
+    // SAFETY: this task's own entry; no other task writes it.
+    TASK_PIPE.get_ptr_mut(tid).map(|state| unsafe { &mut *state })
+}
+
+#[inline(always)]
+fn start_call(state: &mut TaskPipe, pipes: [u64; PIPES], inos: [u64; PIPES]) {
+    state.pipe = pipes;
+    state.ino = inos;
+    state.wait_start = [0; SLOTS];
+    state.hold_start = [0; SLOTS];
+}
 
 /// pipe_read/pipe_write(struct kiocb *iocb, …): the task enters a pipe call.
 /// Which pipe is learnt from its first mutex_lock (see `adopt_pipe`): no
 /// kernel memory is read here, on every call.
 #[inline(always)]
 fn enter_pipe_call(kiocb: u64) {
-    let cfg = config();
     let pid_tgid = bpf_get_current_pid_tgid();
-    if !wanted(&cfg, pid_tgid) {
+    if !wanted(&config(), pid_tgid) {
         return;
     }
-    let tid = pid_tgid as u32;
-    if let Some(state) = TASK_PIPE.get_ptr_mut(tid) {
-        // SAFETY: this task's own entry; no other task writes it.
-        let state = unsafe { &mut *state };
-        state.pipe = PIPE_PENDING;
-        state.kiocb = kiocb;
-        state.wait_start = [0; pipe_lock::COUNT];
-        state.hold_start = [0; pipe_lock::COUNT];
+    let Some(state) = task_state(pid_tgid as u32) else {
         return;
-    }
-    let state = TaskPipe {
-        pipe: PIPE_PENDING,
-        kiocb,
-        ..TaskPipe::default()
     };
-    if TASK_PIPE.insert(tid, state, 0).is_err() {
-        count_drop(pipelock_common::Drop::PendingFull);
+    state.kiocb = kiocb;
+    start_call(state, [PIPE_PENDING, 0], [0; PIPES]);
+}
+
+/// splice (`do_splice(in, …, out, …)`), tee (`do_tee(in, out, …)`) and
+/// vmsplice (one fd): the pipes among the call's files, read now, as these
+/// calls take no mutex before their pipe's that could name it.
+#[inline(always)]
+fn enter_splice_call(cfg: &TraceConfig, files: [u64; PIPES]) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !wanted(cfg, pid_tgid) {
+        return;
+    }
+    let mut pipes = [0; PIPES];
+    let mut inos = [0; PIPES];
+    for slot in 0..PIPES {
+        if let Some((pipe, ino)) = pipe_of_file(cfg, files[slot]) {
+            pipes[slot] = pipe;
+            inos[slot] = ino;
+        }
+    }
+    if pipes[0] == pipes[1] {
+        // One pipe (or none): the kernel refuses a pipe spliced to itself.
+        pipes[1] = 0;
+    }
+    if pipes == [0; PIPES] {
+        return;
+    }
+    let Some(state) = task_state(pid_tgid as u32) else {
+        return;
+    };
+    start_call(state, pipes, inos);
+    // The read/write cache (`noted_pipe`, `registered`) no longer holds.
+    state.noted_pipe = 0;
+    state.registered = 0;
+    for slot in 0..PIPES {
+        if pipes[slot] != 0 {
+            note_user(
+                LockKey {
+                    lock: pipes[slot],
+                    owner: inos[slot],
+                },
+                (pid_tgid >> 32) as u32,
+            );
+        }
     }
 }
 
@@ -95,15 +170,16 @@ fn adopt_pipe(state: &mut TaskPipe, lock: u64, tgid: u32) -> bool {
         let ino = read::<u64>(file + cfg.file_inode as u64)
             .and_then(|inode| read::<u64>(inode + cfg.inode_ino as u64))
             .unwrap_or(0);
-        if lock != state.noted_pipe || ino != state.ino {
+        if lock != state.noted_pipe || ino != state.noted_ino {
             note_user(LockKey { lock, owner: ino }, tgid);
             state.registered = 0;
         }
         state.noted_pipe = lock;
-        state.ino = ino;
+        state.noted_ino = ino;
         state.frees_seen = frees;
     }
-    state.pipe = lock;
+    state.pipe[0] = lock;
+    state.ino[0] = state.noted_ino;
     true
 }
 
@@ -121,23 +197,34 @@ fn leave_pipe_call() {
     if let Some(state) = TASK_PIPE.get_ptr_mut(tid()) {
         // SAFETY: this task's own entry. Locks compare against `pipe`, so 0
         // makes every hook ignore the thread until its next pipe call.
-        unsafe { (*state).pipe = 0 };
+        unsafe { (*state).pipe = [0; PIPES] };
     }
 }
 
-/// Which of the task's pipe locks `lock` is, if any.
+/// Which of the call's pipe locks `lock` is, if any: its index in the
+/// per-lock arrays (`pipe * COUNT + lock`).
 #[inline(always)]
 fn which_lock(state: &TaskPipe, lock: u64) -> Option<usize> {
     let cfg = config();
-    if lock == state.pipe {
-        Some(pipe_lock::MUTEX)
-    } else if lock == state.pipe + cfg.pipe_rd_wait_lock as u64 {
-        Some(pipe_lock::RD_WAIT)
-    } else if lock == state.pipe + cfg.pipe_wr_wait_lock as u64 {
-        Some(pipe_lock::WR_WAIT)
-    } else {
-        None
+    for slot in 0..PIPES {
+        let pipe = state.pipe[slot];
+        if pipe <= PIPE_PENDING {
+            continue;
+        }
+        if lock == pipe {
+            return Some(slot * COUNT + pipe_lock::MUTEX);
+        } else if lock == pipe + cfg.pipe_rd_wait_lock as u64 {
+            return Some(slot * COUNT + pipe_lock::RD_WAIT);
+        } else if lock == pipe + cfg.pipe_wr_wait_lock as u64 {
+            return Some(slot * COUNT + pipe_lock::WR_WAIT);
+        }
     }
+    None
+}
+
+#[inline(always)]
+fn class_wanted(index: usize) -> bool {
+    config().class_mask & (1 << CLASSES[index % COUNT]) != 0
 }
 
 /// mutex_lock entry: acquired now unless a `contention_begin` follows.
@@ -149,16 +236,18 @@ fn mutex_lock_call(lock: u64) {
     };
     // SAFETY: this task's own entry; no other task writes it.
     let state = unsafe { &mut *state };
-    if state.pipe == PIPE_PENDING && !adopt_pipe(state, lock, (pid_tgid >> 32) as u32) {
+    if state.pipe[0] == PIPE_PENDING && !adopt_pipe(state, lock, (pid_tgid >> 32) as u32) {
         // Not the pipe's mutex after all: leave this call untraced.
-        state.pipe = 0;
+        state.pipe[0] = 0;
         return;
     }
-    if lock != state.pipe || config().class_mask & (1 << CLASSES[pipe_lock::MUTEX]) == 0 {
+    let Some(index) = which_lock(state, lock) else {
+        return;
+    };
+    if index >= SLOTS || index % COUNT != pipe_lock::MUTEX || !class_wanted(index) {
         return;
     }
     let at = now();
-    let index = pipe_lock::MUTEX;
     state.wait_start[index] = at;
     state.hold_start[index] = at;
     state.wait_ns[index] = 0;
@@ -175,8 +264,11 @@ fn mutex_contention_end(lock: u64) {
     };
     // SAFETY: as in lock_call.
     let state = unsafe { &mut *state };
-    let index = pipe_lock::MUTEX;
-    if which_lock(state, lock) != Some(index) || state.wait_start[index] == 0 || state.contended[index] == 0 {
+    let Some(index) = which_lock(state, lock) else {
+        return;
+    };
+    if index >= SLOTS || index % COUNT != pipe_lock::MUTEX || state.wait_start[index] == 0 || state.contended[index] == 0
+    {
         return;
     }
     let at = now();
@@ -192,7 +284,9 @@ fn lock_call(lock: u64) {
     };
     // SAFETY: this task's own entry; no other task writes it.
     let state = unsafe { &mut *state };
-    if let Some(index) = which_lock(state, lock) {
+    if let Some(index) = which_lock(state, lock)
+        && index < SLOTS
+    {
         state.wait_start[index] = now();
         state.contended[index] = 0;
         state.flags_and[index] = u32::MAX;
@@ -221,21 +315,28 @@ fn acquired_pending() {
     // SAFETY: as in lock_call.
     let state = unsafe { &mut *state };
     let cfg = config();
-    let (index, offset) = if state.wait_start[pipe_lock::RD_WAIT] != 0 {
-        (pipe_lock::RD_WAIT, cfg.pipe_rd_wait_lock as u64)
-    } else {
-        (pipe_lock::WR_WAIT, cfg.pipe_wr_wait_lock as u64)
-    };
-    let lock = state.pipe + offset;
-    acquired_at(state, index, lock);
+    for slot in 0..PIPES {
+        for (lock, offset) in [
+            (pipe_lock::RD_WAIT, cfg.pipe_rd_wait_lock),
+            (pipe_lock::WR_WAIT, cfg.pipe_wr_wait_lock),
+        ] {
+            let index = slot * COUNT + lock;
+            if state.wait_start[index] != 0 {
+                let address = state.pipe[slot] + offset as u64;
+                acquired_at(state, index, address);
+                return;
+            }
+        }
+    }
 }
 
 #[inline(always)]
 fn acquired_at(state: &mut TaskPipe, index: usize, lock: u64) {
-    let Some(&start) = state.wait_start.get(index) else {
+    if index >= SLOTS {
         return;
-    };
-    if start == 0 || config().class_mask & (1 << CLASSES[index]) == 0 {
+    }
+    let start = state.wait_start[index];
+    if start == 0 || !class_wanted(index) {
         return;
     }
     let at = now();
@@ -250,16 +351,17 @@ fn acquired_at(state: &mut TaskPipe, index: usize, lock: u64) {
 #[inline(always)]
 fn register(state: &mut TaskPipe, index: usize, lock: u64) {
     if state.registered & (1 << index) == 0 {
-        // SAFETY: a lookup only.
+        let slot = index / COUNT;
         let key = LockKey {
             lock,
-            owner: state.ino,
+            owner: state.ino[slot],
         };
+        // SAFETY: a lookup only.
         if unsafe { LOCK_INFO.get(&key) }.is_none() {
             let info = LockInfo {
-                pipe: state.pipe,
-                ino: state.ino,
-                class: CLASSES[index],
+                pipe: state.pipe[slot],
+                ino: state.ino[slot],
+                class: CLASSES[index % COUNT],
                 _pad: 0,
                 name: [0; 32],
             };
@@ -279,12 +381,15 @@ fn released(lock: u64) {
     let Some(index) = which_lock(state, lock) else {
         return;
     };
+    if index >= SLOTS {
+        return;
+    }
     let start = state.hold_start[index];
     state.hold_start[index] = 0;
     state.wait_start[index] = 0;
     let key = LockKey {
         lock,
-        owner: state.ino,
+        owner: state.ino[index / COUNT],
     };
     let Some(stats) = stats_of(&key) else { return };
     // SAFETY: this CPU's copy of the value.
@@ -306,6 +411,19 @@ fn released(lock: u64) {
     }
     record(&mut stats.wait, state.wait_ns[index]);
     record(&mut stats.hold, now() - start);
+}
+
+/// `__x64_sys_vmsplice(const struct pt_regs *regs)`: its one pipe, by the
+/// fd in the first syscall argument. (The syscall body `__do_sys_vmsplice`
+/// is `static inline`, so notrace, where the compiler kept it out of line.)
+#[inline(always)]
+fn enter_vmsplice(regs: u64) {
+    let cfg = config();
+    if let Some(fd) = read::<u64>(regs + cfg.regs_arg0 as u64)
+        && let Some(file) = file_of_fd(cfg, fd as u32 as u64)
+    {
+        enter_splice_call(cfg, [file, 0]);
+    }
 }
 
 #[fentry]
@@ -397,6 +515,7 @@ pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: as in lock_call.
     let state = unsafe { &mut *state };
     if let Some(index) = which_lock(state, lock)
+        && index < SLOTS
         && state.wait_start[index] != 0
     {
         state.contended[index] = 1;
@@ -410,6 +529,44 @@ pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "contention_end")]
 pub fn hooked_contention_end(ctx: BtfTracePointContext) -> i32 {
     mutex_contention_end(ctx.arg(0));
+    0
+}
+
+#[fentry]
+pub fn splice_entry(ctx: FEntryContext) -> i32 {
+    // do_splice(struct file *in, loff_t *off_in, struct file *out, …)
+    enter_splice_call(config(), [ctx.arg(0), ctx.arg(2)]);
+    0
+}
+
+#[fexit]
+pub fn splice_exit(_ctx: FExitContext) -> i32 {
+    leave_pipe_call();
+    0
+}
+
+#[fentry]
+pub fn tee_entry(ctx: FEntryContext) -> i32 {
+    // do_tee(struct file *in, struct file *out, …)
+    enter_splice_call(config(), [ctx.arg(0), ctx.arg(1)]);
+    0
+}
+
+#[fexit]
+pub fn tee_exit(_ctx: FExitContext) -> i32 {
+    leave_pipe_call();
+    0
+}
+
+#[fentry]
+pub fn vmsplice_entry(ctx: FEntryContext) -> i32 {
+    enter_vmsplice(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn vmsplice_exit(_ctx: FExitContext) -> i32 {
+    leave_pipe_call();
     0
 }
 
@@ -485,5 +642,36 @@ pub fn kp_spin_unlock_entry(ctx: ProbeContext) -> u32 {
     if let Some(lock) = ctx.arg::<u64>(0) {
         released(lock);
     }
+    0
+}
+
+#[kprobe]
+pub fn kp_splice_entry(ctx: ProbeContext) -> u32 {
+    if let (Some(input), Some(output)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(2)) {
+        enter_splice_call(config(), [input, output]);
+    }
+    0
+}
+
+#[kprobe]
+pub fn kp_tee_entry(ctx: ProbeContext) -> u32 {
+    if let (Some(input), Some(output)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) {
+        enter_splice_call(config(), [input, output]);
+    }
+    0
+}
+
+#[kprobe]
+pub fn kp_vmsplice_entry(ctx: ProbeContext) -> u32 {
+    if let Some(regs) = ctx.arg::<u64>(0) {
+        enter_vmsplice(regs);
+    }
+    0
+}
+
+/// The return of splice, tee and vmsplice.
+#[kretprobe]
+pub fn kp_splice_call_exit(_ctx: RetProbeContext) -> u32 {
+    leave_pipe_call();
     0
 }

@@ -11,7 +11,7 @@ use pipelock_common::{maps, programs};
 
 use super::{
     config::Filters,
-    hooks::{self, Resolved},
+    hooks::{self, HookRow, Resolved},
     object::program_mut,
     plan::TracepointKind,
 };
@@ -66,6 +66,7 @@ pub fn fentry(
         kallsyms.has_function(f) && kernel_btf.has_function(f)
     })
     .map_err(Error::Usage)?;
+    let mut notes = hooks::missing_hook_notes(&resolved);
     for &Resolved { index, row, function } in &resolved {
         let Some(target) = function else { continue };
         let (entry, exit) = match bodies {
@@ -75,14 +76,20 @@ pub fn fentry(
                 row.fentry.1.map(|_| programs::EMPTY_FEXIT[index]),
             ),
         };
-        let prog: &mut FEntry = program_mut(ebpf, entry)?;
-        prog.load(target, &btf).map_err(fail("load", entry))?;
-        prog.attach().map_err(fail("attach", entry))?;
-        if let Some(exit) = exit {
-            let prog: &mut FExit = program_mut(ebpf, exit)?;
-            prog.load(target, &btf).map_err(fail("load", exit))?;
-            prog.attach().map_err(fail("attach", exit))?;
-        }
+        // The exit first: an entry whose exit failed to attach would leave
+        // its thread marked as inside the call.
+        let attached = (|| -> Result<(), Error> {
+            if let Some(exit) = exit {
+                let prog: &mut FExit = program_mut(ebpf, exit)?;
+                prog.load(target, &btf).map_err(fail("load", exit))?;
+                prog.attach().map_err(fail("attach", exit))?;
+            }
+            let prog: &mut FEntry = program_mut(ebpf, entry)?;
+            prog.load(target, &btf).map_err(fail("load", entry))?;
+            prog.attach().map_err(fail("attach", entry))?;
+            Ok(())
+        })();
+        optional_refusal(row, target, attached, &mut notes)?;
     }
     if classes.intersects(ClassSet::PIPE_LOCKS) && bodies == HookBodies::Pipelock {
         for (program, tracepoint) in CONTENTION_MARKERS {
@@ -91,7 +98,29 @@ pub fn fentry(
             prog.attach().map_err(fail("attach", program))?;
         }
     }
-    Ok(hooks::missing_hook_notes(&resolved))
+    Ok(notes)
+}
+
+/// An optional hook the kernel refuses (a function in kallsyms and BTF can
+/// still be notrace) costs its note, not the trace; a required one is an error.
+fn optional_refusal(
+    row: &HookRow,
+    target: &str,
+    attached: Result<(), Error>,
+    notes: &mut Vec<String>,
+) -> Result<(), Error> {
+    match attached {
+        Err(err) if !row.required => {
+            notes.push(format!(
+                "{}: {target} ({}) could not be hooked, its acquisitions are missing: {}",
+                row.classes.names(),
+                row.hook.role,
+                one_line(&err)
+            ));
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// The fentry hooks' logic on kprobes/kretprobes.
@@ -108,6 +137,7 @@ pub fn kprobe(
     }
     let kallsyms = inspector.kallsyms()?;
     let resolved = hooks::resolve(classes, |f| kallsyms.has_function(f)).map_err(Error::Usage)?;
+    let mut notes = hooks::missing_hook_notes(&resolved);
     let mut loaded = HashSet::new();
     for &Resolved { row, function, .. } in &resolved {
         let Some(target) = function else { continue };
@@ -118,15 +148,16 @@ pub fn kprobe(
                 row.kprobe.1.map(|_| programs::EMPTY_KRETPROBE),
             ),
         };
-        for program in std::iter::once(entry).chain(exit) {
+        // The exit first, as in `fentry`.
+        let attached = exit.into_iter().chain(std::iter::once(entry)).try_for_each(|program| {
             let prog: &mut KProbe = program_mut(ebpf, program)?;
             if loaded.insert(program) {
                 prog.load().map_err(fail("load", program))?;
             }
-            prog.attach(target, 0).map_err(fail("attach", program))?;
-        }
+            prog.attach(target, 0).map_err(fail("attach", program)).map(drop)
+        });
+        optional_refusal(row, target, attached, &mut notes)?;
     }
-    let mut notes = hooks::missing_hook_notes(&resolved);
     // Best effort: without it, contended acquisitions are not flagged.
     if classes.intersects(ClassSet::PIPE_LOCKS) && bodies == HookBodies::Pipelock {
         let attached = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {

@@ -82,9 +82,15 @@ impl Filters {
     }
 }
 
-/// x86-64 syscall numbers (read, write, readv, writev).
+/// x86-64 syscall numbers (read, write, readv, writev, splice, tee, vmsplice).
 #[cfg(target_arch = "x86_64")]
-const SYSCALLS: [u32; 4] = [0, 1, 19, 20];
+const SYSCALLS: [u32; 7] = [0, 1, 19, 20, 275, 276, 278];
+
+/// x86-64's kernel stack (`THREAD_SIZE`, 16 KiB since 3.15; KASAN kernels
+/// double it, and a doubled stack only makes the interrupt check lenient:
+/// an interrupt stack is never inside a task's).
+#[cfg(target_arch = "x86_64")]
+const THREAD_SIZE: u32 = 16 << 10;
 
 /// Resolves every offset the programs need from the kernel's BTF.
 pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, Error> {
@@ -103,10 +109,19 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         pipe_wr_wait_lock: off("pipe_inode_info", "wr_wait.lock")?,
         regs_syscall_nr: off("pt_regs", "orig_ax")?,
         regs_arg0: off("pt_regs", "di")?,
+        regs_arg1: off("pt_regs", "si")?,
+        regs_arg2: off("pt_regs", "dx")?,
         nr_read: SYSCALLS[0],
         nr_write: SYSCALLS[1],
         nr_readv: SYSCALLS[2],
         nr_writev: SYSCALLS[3],
+        nr_splice: SYSCALLS[4],
+        nr_tee: SYSCALLS[5],
+        nr_vmsplice: SYSCALLS[6],
+        task_stack: off("task_struct", "stack")?,
+        thread_size: THREAD_SIZE,
+        task_group_leader: off("task_struct", "group_leader")?,
+        task_comm: off("task_struct", "comm")?,
         filter_tasks: filters.task_filter_flags(),
         task_tgid: off("task_struct", "tgid")?,
         class_mask: filters.classes().mask(),

@@ -54,7 +54,7 @@ const fn row(
 
 /// Every hook, in attach order. `pipelock_common::programs::EMPTY_FENTRY[i]`
 /// is the do-nothing program `overhead` attaches in place of row `i`'s.
-pub const HOOKS: [HookRow; 13] = {
+pub const HOOKS: [HookRow; 16] = {
     let spin = (KP_SPIN_LOCK_ENTRY, Some(KP_SPIN_LOCK_EXIT));
     let unspin = (KP_SPIN_UNLOCK_ENTRY, None);
     [
@@ -103,6 +103,35 @@ pub const HOOKS: [HookRow; 13] = {
             PIPE,
             (PIPE_FREE_ENTRY, None),
             (KP_PIPE_FREE_ENTRY, None),
+            false,
+        ),
+        // Optional: splice, tee and vmsplice lock pipes outside read/write;
+        // without these hooks those acquisitions are not seen.
+        row(
+            "splice entry",
+            // Also io_uring's IORING_OP_SPLICE.
+            &["do_splice"],
+            PIPE,
+            (SPLICE_ENTRY, Some(SPLICE_EXIT)),
+            (KP_SPLICE_ENTRY, Some(KP_SPLICE_CALL_EXIT)),
+            false,
+        ),
+        row(
+            "tee entry",
+            &["do_tee"],
+            PIPE,
+            (TEE_ENTRY, Some(TEE_EXIT)),
+            (KP_TEE_ENTRY, Some(KP_SPLICE_CALL_EXIT)),
+            false,
+        ),
+        row(
+            "vmsplice entry",
+            // The syscall wrapper: vmsplice_to_pipe/_to_user are inlined and
+            // the body, `__do_sys_vmsplice`, is notrace (`static inline`).
+            &["__x64_sys_vmsplice"],
+            PIPE,
+            (VMSPLICE_ENTRY, Some(VMSPLICE_EXIT)),
+            (KP_VMSPLICE_ENTRY, Some(KP_SPLICE_CALL_EXIT)),
             false,
         ),
         row(
@@ -232,6 +261,11 @@ pub const REPORTED_FUNCTIONS: &[&str] = &[
     "mutex_lock_nested",
     "mutex_unlock",
     "free_pipe_info",
+    "do_splice",
+    "do_tee",
+    "__x64_sys_vmsplice",
+    "pipe_lock",
+    "pipe_double_lock",
     "_raw_spin_lock",
     "_raw_spin_unlock",
     "_raw_spin_lock_irq",

@@ -1,21 +1,26 @@
 //! The embedded eBPF object, and loading it.
 use aya::{Ebpf, EbpfLoader, programs::ProgramError};
+use pipelock_common::{TRACE_CONFIG_GLOBAL, TraceConfig};
 
 use crate::{Error, error::one_line};
 
 /// The object built from `pipelock-ebpf` (empty in a `PIPELOCK_EBPF_STUB=1` build).
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pipelock"));
 
-/// Loads the embedded object (maps created, no program loaded yet).
+/// Loads the embedded object (maps created, no program loaded yet), with
+/// `config` as the programs' [`TraceConfig`] (programs that read none may
+/// go without).
 ///
 /// With `log`, kernel-side aya-log messages are forwarded to the `log` crate.
-pub fn load(log: bool) -> Result<Ebpf, Error> {
+pub fn load(config: Option<&TraceConfig>, log: bool) -> Result<Ebpf, Error> {
     if OBJECT.is_empty() {
         return Err(Error::StubObject);
     }
-    let mut ebpf = EbpfLoader::new()
-        .load(OBJECT)
-        .map_err(|source| Error::Load { source })?;
+    let mut loader = EbpfLoader::new();
+    if let Some(config) = config {
+        loader.override_global(TRACE_CONFIG_GLOBAL, config, true);
+    }
+    let mut ebpf = loader.load(OBJECT).map_err(|source| Error::Load { source })?;
     if log {
         // Logging is best effort: an object without log statements has no log map.
         if let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {

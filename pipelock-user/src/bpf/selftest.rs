@@ -17,8 +17,8 @@ use aya::{
 };
 use pipelock_common::{CONTENTION_BEGIN_TRACEPOINT, maps, programs};
 
-use super::{object as ebpf, plan::TracepointKind};
-use crate::{Error, error::one_line};
+use super::{config::Filters, object as ebpf, plan::TracepointKind};
+use crate::{Error, error::one_line, kernel::KernelInspector};
 
 /// Threads hammering the shared pipe: more than CPUs on these 2-core machines,
 /// so the pipe mutex and wait-queue locks are contended.
@@ -34,6 +34,46 @@ pub struct SelfTestReport {
     pub contention_begins: u64,
     /// Per-CPU split of `contention_begins`.
     pub per_cpu: Vec<u64>,
+    /// Tracepoint mode's interrupt-context check on events of known
+    /// context (Err: not run, and why).
+    pub interrupt_check: Result<InterruptCheck, String>,
+}
+
+/// How the interrupt-context check judged events whose context is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterruptCheck {
+    pub syscalls_on_task_stack: u64,
+    pub syscalls_elsewhere: u64,
+    /// Softirqs outside ksoftirqd (interrupt context).
+    pub softirqs_on_task_stack: u64,
+    pub softirqs_elsewhere: u64,
+}
+
+impl InterruptCheck {
+    /// Why the check is wrong, if it is: a syscall judged interrupt context
+    /// would drop a pipe call's own contention, and a check that never says
+    /// interrupt, not even for the softirqs made on purpose, checks nothing.
+    /// (Softirqs judged task context are not an error: some virtualised
+    /// kernels run tick softirqs on the interrupted task's stack, and the
+    /// report says how many.)
+    pub fn failure(&self) -> Option<String> {
+        if self.syscalls_on_task_stack == 0 {
+            return Some("no syscall was seen".to_owned());
+        }
+        if self.syscalls_elsewhere != 0 {
+            return Some(format!(
+                "{} syscall(s) judged interrupt context",
+                self.syscalls_elsewhere
+            ));
+        }
+        if self.softirqs_elsewhere == 0 {
+            return Some(format!(
+                "none of {} softirq(s) judged interrupt context",
+                self.softirqs_on_task_stack
+            ));
+        }
+        None
+    }
 }
 
 impl SelfTestReport {
@@ -42,6 +82,7 @@ impl SelfTestReport {
             "self-test: {} program on lock:contention_begin, {:.1} s of {} threads on one pipe \
              ({} round trips)\n\
              self-test: contention_begin events counted: {} (per CPU: {})\n\
+             self-test: interrupt-context check: {}\n\
              self-test: passed\n",
             self.program,
             self.duration.as_secs_f64(),
@@ -53,13 +94,28 @@ impl SelfTestReport {
                 .map(u64::to_string)
                 .collect::<Vec<_>>()
                 .join(" "),
+            match &self.interrupt_check {
+                Ok(check) => format!(
+                    "syscalls {} on a task stack, {} not; softirqs (outside ksoftirqd) {} on an \
+                     interrupt stack, {} not (those count as the interrupted task's)",
+                    check.syscalls_on_task_stack,
+                    check.syscalls_elsewhere,
+                    check.softirqs_elsewhere,
+                    check.softirqs_on_task_stack
+                ),
+                Err(why) => format!("skipped ({why})"),
+            },
         )
     }
 }
 
 /// Attaches the counter, generates pipe contention for `duration`, reads the count.
 pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> {
-    let mut ebpf = ebpf::load(ebpf_log)?;
+    // The interrupt check reads task_struct offsets from the configuration.
+    let config = KernelInspector::live()
+        .btf()
+        .and_then(|btf| super::config::trace_config(&btf, &Filters::default()));
+    let mut ebpf = ebpf::load(config.as_ref().ok(), ebpf_log)?;
     let (category, name) = CONTENTION_BEGIN_TRACEPOINT;
 
     // tp_btf first, as `auto` would; the classic tracepoint is the fallback.
@@ -89,9 +145,27 @@ pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> 
         }
     };
 
+    // tp_btf only: a classic tracepoint's context is its trace record.
+    let interrupt_check = match (&program, &config) {
+        (TracepointKind::TpBtf, Ok(_)) => attach_interrupt_check(&mut ebpf),
+        (TracepointKind::TpBtf, Err(err)) => Err(format!("no kernel offsets: {}", one_line(err))),
+        (TracepointKind::Classic, _) => Err("the classic tracepoint's context is not on a stack".to_owned()),
+    };
+
     let started = Instant::now();
     let round_trips = hammer_one_pipe(duration)?;
     let elapsed = started.elapsed();
+    let interrupt_check = interrupt_check.and_then(|()| {
+        make_softirqs();
+        read_interrupt_check(&ebpf)
+    });
+    if let Ok(check) = &interrupt_check
+        && let Some(why) = check.failure()
+    {
+        return Err(Error::SelfTest {
+            reason: format!("the interrupt-context check is wrong on this kernel: {why}"),
+        });
+    }
 
     let map = ebpf
         .map(maps::CONTENTION_BEGIN_COUNT)
@@ -121,6 +195,51 @@ pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> 
         round_trips,
         contention_begins,
         per_cpu,
+        interrupt_check,
+    })
+}
+
+fn attach_interrupt_check(ebpf: &mut aya::Ebpf) -> Result<(), String> {
+    let btf = Btf::from_sys_fs().map_err(|e| one_line(&e))?;
+    for (program, tracepoint) in [
+        (programs::SELFTEST_SYS_ENTER, "sys_enter"),
+        (programs::SELFTEST_SOFTIRQ_ENTRY, "softirq_entry"),
+    ] {
+        let prog: &mut BtfTracePoint = ebpf::program_mut(ebpf, program).map_err(|e| one_line(&e))?;
+        prog.load(tracepoint, &btf).map_err(|e| one_line(&e))?;
+        prog.attach().map_err(|e| one_line(&e))?;
+    }
+    Ok(())
+}
+
+/// Loopback UDP: each send raises a NET_RX softirq, run when the sender
+/// re-enables bottom halves.
+fn make_softirqs() {
+    let Ok(socket) = std::net::UdpSocket::bind("127.0.0.1:0") else {
+        return;
+    };
+    let Ok(own) = socket.local_addr() else { return };
+    let _ = socket.set_nonblocking(true);
+    let mut buf = [0u8; 64];
+    for _ in 0..2000 {
+        let _ = socket.send_to(&buf, own);
+        let _ = socket.recv_from(&mut buf);
+    }
+}
+
+fn read_interrupt_check(ebpf: &aya::Ebpf) -> Result<InterruptCheck, String> {
+    let map = ebpf
+        .map(maps::INTERRUPT_CHECK)
+        .ok_or_else(|| format!("no {} map", maps::INTERRUPT_CHECK))?;
+    let counts: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(|e| one_line(&e))?;
+    let slot = |i: u32| -> Result<u64, String> {
+        Ok(counts.get(&i, 0).map_err(|e| one_line(&e))?.iter().sum())
+    };
+    Ok(InterruptCheck {
+        syscalls_on_task_stack: slot(0)?,
+        syscalls_elsewhere: slot(1)?,
+        softirqs_on_task_stack: slot(2)?,
+        softirqs_elsewhere: slot(3)?,
     })
 }
 

@@ -34,6 +34,8 @@ pub struct Options {
     pub kvm: bool,
     /// Keep the initramfs and print the qemu command, for debugging by hand.
     pub verbose: bool,
+    /// Only the integration tests whose name contains one of these.
+    pub tests: Vec<String>,
 }
 
 /// One kernel's boot: its name, console log, whether it timed out, and the
@@ -48,7 +50,11 @@ pub struct Boot {
 pub fn vm_test(root: &Path, tools: &crate::bootstrap::Tools, options: &Options) -> Result<Counts> {
     let mut total = Counts::default();
     let mut failures = Vec::new();
-    for boot in boot_each(root, tools, options, "/integration")? {
+    let guest = std::iter::once("/integration".to_owned())
+        .chain(options.tests.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    for boot in boot_each(root, tools, options, &guest)? {
         let judgement = guest_log::judge(
             &boot.log,
             &boot.nonce,

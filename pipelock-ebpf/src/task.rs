@@ -1,0 +1,39 @@
+//! Facts about the current task that take reads of `task_struct`.
+use aya_ebpf::helpers::bpf_get_current_task;
+use pipelock_common::TraceConfig;
+
+use crate::maps::read;
+
+/// Whether a `tp_btf` program runs in task context: its arguments (`ctx`)
+/// live in `bpf_trace_runN`'s frame, on the stack the event fired on, and
+/// x86-64 runs hard and soft interrupts on per-CPU interrupt stacks. (The
+/// program's own stack cannot tell: since 6.13 programs may run on a
+/// private one.) An interrupt runs on top of whatever task it interrupted:
+/// without this check its lock events would count as that task's.
+#[inline(always)]
+pub(crate) fn on_task_stack<C>(cfg: &TraceConfig, ctx: *const C) -> bool {
+    // The verifier refuses arithmetic on the context pointer: read its value
+    // back through a helper, which makes it a plain number.
+    let pointer = ctx as u64;
+    let Some(ctx_address) = read::<u64>(&pointer as *const u64 as u64) else {
+        return true;
+    };
+    // SAFETY: no preconditions; used as an address for probe reads only.
+    let task = unsafe { bpf_get_current_task() };
+    match read::<u64>(task + cfg.task_stack as u64) {
+        Some(stack) => ctx_address.wrapping_sub(stack) < cfg.thread_size as u64,
+        // Unknown: count it as the task's, as before the check existed.
+        None => true,
+    }
+}
+
+/// The current process's command name (its thread group leader's): an
+/// io_uring worker thread is named `iou-wrk-PID`, a thread `-c` should
+/// still count under its process.
+#[inline(always)]
+pub(crate) fn process_comm(cfg: &TraceConfig) -> Option<[u8; 16]> {
+    // SAFETY: as above.
+    let task = unsafe { bpf_get_current_task() };
+    let leader = read::<u64>(task + cfg.task_group_leader as u64)?;
+    read::<[u8; 16]>(leader + cfg.task_comm as u64)
+}
