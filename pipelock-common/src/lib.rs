@@ -61,17 +61,22 @@ pub enum Drop {
     /// in interrupt context (on an interrupt stack): not that call's, so
     /// not recorded.
     InInterrupt = 5,
+    /// Hooked modes: a traced thread's call state (`TASK_PIPE`, LRU) was
+    /// evicted while it was inside a pipe read/write: that call's
+    /// acquisitions are lost.
+    StateEvicted = 6,
 }
 
 impl Drop {
-    pub const COUNT: u32 = 6;
-    pub const ALL: [Self; 6] = [
+    pub const COUNT: u32 = 7;
+    pub const ALL: [Self; 7] = [
         Self::PendingFull,
         Self::StatsFull,
         Self::StalePending,
         Self::UsersFull,
         Self::FollowFull,
         Self::InInterrupt,
+        Self::StateEvicted,
     ];
 
     /// How the report names it.
@@ -83,6 +88,7 @@ impl Drop {
             Self::UsersFull => "users_full",
             Self::FollowFull => "follow_full",
             Self::InInterrupt => "in_interrupt",
+            Self::StateEvicted => "state_evicted",
         }
     }
 }

@@ -192,12 +192,21 @@ fn pipe_freed() {
     }
 }
 
+/// A pipe call returns. `always_entered`: the call's entry creates the
+/// thread's state whenever the thread is traced (read/write; splice, tee
+/// and vmsplice do only when a pipe is among their files), so a traced
+/// thread without state lost it while inside the call: the LRU map evicted
+/// it. (fexit and kretprobes fire only for calls their entry hook saw
+/// begin, so a call already running at attach is not one.)
 #[inline(always)]
-fn leave_pipe_call() {
-    if let Some(state) = TASK_PIPE.get_ptr_mut(tid()) {
+fn leave_pipe_call(always_entered: bool) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if let Some(state) = TASK_PIPE.get_ptr_mut(pid_tgid as u32) {
         // SAFETY: this task's own entry. Locks compare against `pipe`, so 0
         // makes every hook ignore the thread until its next pipe call.
         unsafe { (*state).pipe = [0; PIPES] };
+    } else if always_entered && wanted(config(), pid_tgid) {
+        count_drop(pipelock_common::Drop::StateEvicted);
     }
 }
 
@@ -434,7 +443,7 @@ pub fn pipe_read_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn pipe_read_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    leave_pipe_call(true);
     0
 }
 
@@ -446,7 +455,7 @@ pub fn pipe_write_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn pipe_write_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    leave_pipe_call(true);
     0
 }
 
@@ -541,7 +550,7 @@ pub fn splice_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn splice_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    leave_pipe_call(false);
     0
 }
 
@@ -554,7 +563,7 @@ pub fn tee_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn tee_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    leave_pipe_call(false);
     0
 }
 
@@ -566,7 +575,7 @@ pub fn vmsplice_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn vmsplice_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    leave_pipe_call(false);
     0
 }
 
@@ -583,7 +592,7 @@ pub fn kp_pipe_read_entry(ctx: ProbeContext) -> u32 {
 
 #[kretprobe]
 pub fn kp_pipe_read_exit(_ctx: RetProbeContext) -> u32 {
-    leave_pipe_call();
+    leave_pipe_call(true);
     0
 }
 
@@ -597,7 +606,7 @@ pub fn kp_pipe_write_entry(ctx: ProbeContext) -> u32 {
 
 #[kretprobe]
 pub fn kp_pipe_write_exit(_ctx: RetProbeContext) -> u32 {
-    leave_pipe_call();
+    leave_pipe_call(true);
     0
 }
 
@@ -672,6 +681,6 @@ pub fn kp_vmsplice_entry(ctx: ProbeContext) -> u32 {
 /// The return of splice, tee and vmsplice.
 #[kretprobe]
 pub fn kp_splice_call_exit(_ctx: RetProbeContext) -> u32 {
-    leave_pipe_call();
+    leave_pipe_call(false);
     0
 }

@@ -247,3 +247,26 @@ pub fn contention_tracepoints(ebpf: &mut Ebpf) -> Result<TracepointKind, Error> 
     }
     Ok(TracepointKind::Classic)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::hooks::HOOKS;
+
+    #[test]
+    fn a_refused_optional_hook_is_a_note_a_required_one_an_error() {
+        let splice = HOOKS.iter().find(|r| r.hook.role == "splice entry").unwrap();
+        let mutex = HOOKS.iter().find(|r| r.hook.role == "mutex lock").unwrap();
+        let refused = || Err(Error::Usage("EBUSY".to_owned()));
+        let mut notes = Vec::new();
+        optional_refusal(splice, "do_splice", refused(), &mut notes).unwrap();
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].contains("do_splice") && notes[0].contains("EBUSY"),
+            "{notes:?}"
+        );
+        assert!(optional_refusal(mutex, "mutex_lock", refused(), &mut notes).is_err());
+        assert!(optional_refusal(splice, "do_splice", Ok(()), &mut notes).is_ok());
+        assert_eq!(notes.len(), 1);
+    }
+}

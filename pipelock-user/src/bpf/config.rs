@@ -186,6 +186,14 @@ mod tests {
             [(42, task_filter::TRACED), (43, task_filter::THREAD)]
         );
         assert_eq!(config.task_tgid, 2420, "6.1's task_struct.tgid (kernel-facts.md)");
+        // x86-64 pt_regs: di, si, dx; splice's fds are its 1st and 3rd arguments.
+        assert_eq!(
+            (config.regs_arg0, config.regs_arg1, config.regs_arg2),
+            (112, 104, 96)
+        );
+        assert_eq!((config.nr_splice, config.nr_tee, config.nr_vmsplice), (275, 276, 278));
+        assert_eq!(config.thread_size, 16 << 10);
+        assert!(config.task_stack > 0 && config.task_comm > config.task_group_leader);
         assert_eq!(&config.filter_comm[..4], b"cat\0");
         assert_eq!(config.class_mask, ClassSet::PIPE_WAIT.mask());
         let default = trace_config(&btf, &Filters::default()).unwrap();

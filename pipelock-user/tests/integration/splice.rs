@@ -262,6 +262,12 @@ fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
     let [a, b] = inos[..] else {
         bail!("helper facts: {facts}")
     };
+    // Sized so that no thread's call state is evicted here (counted if it were).
+    ensure!(
+        report["drops"]["state_evicted"] == 0,
+        "drops: {}",
+        report["drops"]
+    );
     for (ino, want, calls) in [
         (a, 4 * N, "splice in + tee + vmsplice + read"),
         (b, 2 * N, "tee + splice out"),
