@@ -189,7 +189,7 @@ pub struct Pending {
     pub _pad: u32,
 }
 
-/// Per-lock statistics (per CPU in the map; userspace sums them).
+/// Per-lock statistics (one value for all CPUs, updated with atomic adds).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LockStats {

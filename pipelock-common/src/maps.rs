@@ -7,7 +7,7 @@ pub const CONTENTION_BEGIN_COUNT: &str = "CONTENTION_BEGIN_COUNT";
 pub const INTERRUPT_CHECK: &str = "INTERRUPT_CHECK";
 /// `LruHashMap<PendingKey, Pending>`: a contended acquisition in progress.
 pub const PENDING: &str = "PENDING";
-/// `PerCpuHashMap<LockKey, LockStats>`, twice: the programs add to the
+/// `HashMap<LockKey, LockStats>`, twice: the programs add to the
 /// one `STATS_SLOT` names while userspace drains the other.
 pub const LOCK_STATS: [&str; 2] = ["LOCK_STATS_A", "LOCK_STATS_B"];
 /// `Array<u32>` with one slot: which of `LOCK_STATS` the programs use.

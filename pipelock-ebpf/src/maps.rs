@@ -5,7 +5,7 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use pipelock_common::{
     Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, TaskLockref, TaskPipe, TraceConfig,
@@ -63,10 +63,15 @@ pub(crate) static PENDING: LruHashMap<PendingKey, Pending> = LruHashMap::with_ma
 /// userspace switches the slot, waits an RCU grace period (no program still
 /// holds a pointer into the other map), then reads and empties that one. A
 /// drained entry is never recycled under a program writing to it.
+///
+/// One value per lock for all CPUs, not one per CPU: every counter is an
+/// atomic add (which fentry programs need anyway, see `bump`), and the
+/// maps' memory does not grow with the CPU count (a per-CPU copy of these
+/// ~1.1 KB values took 9 MB per CPU). Userspace sizes them (`--max-locks`).
 #[map]
-pub(crate) static LOCK_STATS_A: PerCpuHashMap<LockKey, LockStats> = PerCpuHashMap::with_max_entries(4096, 0);
+pub(crate) static LOCK_STATS_A: HashMap<LockKey, LockStats> = HashMap::with_max_entries(4096, 0);
 #[map]
-pub(crate) static LOCK_STATS_B: PerCpuHashMap<LockKey, LockStats> = PerCpuHashMap::with_max_entries(4096, 0);
+pub(crate) static LOCK_STATS_B: HashMap<LockKey, LockStats> = HashMap::with_max_entries(4096, 0);
 #[map]
 pub(crate) static STATS_SLOT: Array<u32> = Array::with_max_entries(1, 0);
 /// LRU: on a busy system lock instances come and go by the thousand; the
@@ -164,7 +169,7 @@ pub(crate) fn read<T>(address: u64) -> Option<T> {
     unsafe { bpf_probe_read_kernel(address as *const T).ok() }
 }
 
-/// This CPU's statistics of a lock, created empty on first use.
+/// The statistics of a lock, created empty on first use.
 #[inline(always)]
 pub(crate) fn stats_of(key: &LockKey) -> Option<*mut LockStats> {
     let map = if STATS_SLOT.get(0).copied().unwrap_or(0) == 0 {
@@ -184,11 +189,10 @@ pub(crate) fn stats_of(key: &LockKey) -> Option<*mut LockStats> {
     stats
 }
 
-/// `*counter += value` on a statistics value. The values are per CPU, but
-/// fentry programs run with only migration disabled: on a preemptible
-/// kernel another task's program can update the same value on this CPU in
-/// the middle of a plain read-modify-write, and one of the two is lost. An
-/// atomic add (BPF's `lock +=`, on a line no other CPU touches) cannot be.
+/// `*counter += value` on a statistics value, which every CPU updates (and,
+/// as fentry programs run with only migration disabled, several tasks on
+/// one CPU too): a plain read-modify-write would lose updates, an atomic
+/// add (BPF's `lock +=`) cannot.
 #[inline(always)]
 pub(crate) fn bump(counter: &mut u64, value: u64) {
     // SAFETY: a live, aligned map value.
@@ -197,7 +201,7 @@ pub(crate) fn bump(counter: &mut u64, value: u64) {
 
 /// Adds one duration to a histogram. The maximum is a plain compare and
 /// store (BPF has no atomic max before compare-and-exchange, which needs a
-/// newer BPF ISA): a preempted update can lose a maximum, never a count.
+/// newer BPF ISA): two updates at once can lose a maximum, never a count.
 #[inline(always)]
 pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
     bump(&mut hist.count, 1);

@@ -99,6 +99,12 @@ pub struct TracingArgs {
     /// cost every spin_lock() in the system.
     #[arg(long, value_name = "CLASSES", value_parser = |s: &str| s.parse::<ClassSet>())]
     pub class: Vec<ClassSet>,
+    /// Locks the kernel maps hold between two drains (each second, or each
+    /// --interval), like `perf lock contention -M` [default: 4096; 16 to
+    /// 262144]. More locks than that in one drain are counted as
+    /// `stats_full`; the report header gives the maps' kernel memory.
+    #[arg(long, value_name = "N")]
+    pub max_locks: Option<u32>,
 }
 
 impl TracingArgs {
@@ -111,6 +117,7 @@ impl TracingArgs {
             follow_children: runs_a_load && !self.all && self.pids.is_empty() && self.tids.is_empty(),
             comm: self.comm.clone(),
             classes: self.class.iter().fold(ClassSet::EMPTY, |all, c| all.union(*c)),
+            max_locks: self.max_locks,
         }
     }
 }

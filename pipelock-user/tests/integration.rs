@@ -30,6 +30,9 @@ enum Scope {
 
 #[path = "integration/splice.rs"]
 mod splice;
+#[path = "integration/memory.rs"]
+mod memory;
+use memory::map_memory_is_what_the_kernel_accounts;
 use splice::{
     fentry_counts_io_uring_pipe_reads, fentry_counts_splice_tee_vmsplice, kprobe_counts_io_uring_pipe_reads,
     kprobe_counts_splice_tee_vmsplice, tracepoint_names_the_pipe_of_splice_calls,
@@ -74,6 +77,7 @@ const TESTS: &[Test] = tests![
     Host a_minute_of_churn_keeps_memory_flat,
     Kernel fentry_counts_nonblocking_pipe_io,
     Kernel kprobe_counts_nonblocking_pipe_io,
+    Kernel map_memory_is_what_the_kernel_accounts,
     Kernel fentry_counts_splice_tee_vmsplice,
     Kernel kprobe_counts_splice_tee_vmsplice,
     Kernel fentry_counts_io_uring_pipe_reads,
@@ -831,9 +835,11 @@ fn pipe_herd_reaches_its_limit() -> Result<Outcome> {
     let last = run["details"]["final_count"].as_u64().context("no final count")?;
     ensure!(last >= 20000, "the herd stopped at {last}");
     // 8 processes blocking on one pipe must switch contexts, and they run in
-    // children, so this also checks that counters include the children.
+    // children, so this also checks that counters include the children (the
+    // waiting parent alone switches a handful of times; the herd ~1000 times,
+    // fewer on a loaded machine, where more tokens pass per wake-up).
     ensure!(
-        run["counters"]["context_switches"].as_u64().unwrap_or(0) > 1000,
+        run["counters"]["context_switches"].as_u64().unwrap_or(0) > 100,
         "counters: {}",
         run["counters"]
     );
@@ -985,6 +991,16 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
             &["trace", "-c", "a-very-long-command-name", "--duration", "1"],
             1,
             "use `-c a-very-long-com`",
+        ),
+        (
+            &["trace", "--max-locks", "0", "--duration", "1"],
+            1,
+            "--max-locks 0: must be between 16 and 262144",
+        ),
+        (
+            &["trace", "--max-locks", "99999999", "--", "true"],
+            1,
+            "--max-locks 99999999: must be between",
         ),
         (
             &["trace", "--interval", "5", "--duration", "1"],

@@ -183,7 +183,7 @@ fn on_end(lock: u64) {
     let Some(stats) = stats_of(&key) else {
         return;
     };
-    // SAFETY: this CPU's copy of the value; not shared with other CPUs.
+    // SAFETY: a live map value; every update of it is atomic.
     unsafe {
         bump(&mut (*stats).contentions, 1);
         if pending.flags_and & LCB_F_SPIN != 0 {

@@ -87,7 +87,7 @@ fn leave() {
     let Some(stats) = stats_of(&key) else {
         return;
     };
-    // SAFETY: this CPU's copy of the value.
+    // SAFETY: a live map value; every update of it is atomic.
     unsafe {
         bump(&mut (*stats).acquisitions, 1);
         if done.fell_back != 0 {
@@ -163,7 +163,7 @@ fn spin_released(lock: u64) {
         owner: state.owner,
     };
     if let Some(stats) = stats_of(&key) {
-        // SAFETY: this CPU's copy of the value.
+        // SAFETY: a live map value; every update of it is atomic.
         unsafe { record(&mut (*stats).hold, held) };
     }
 }

@@ -401,7 +401,7 @@ fn released(lock: u64) {
         owner: state.ino[index / COUNT],
     };
     let Some(stats) = stats_of(&key) else { return };
-    // SAFETY: this CPU's copy of the value.
+    // SAFETY: a live map value; every update of it is atomic.
     let stats = unsafe { &mut *stats };
     if start == 0 {
         // Released without an acquisition this call saw (taken before the

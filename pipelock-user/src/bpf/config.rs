@@ -4,6 +4,7 @@ use std::path::Path;
 
 use pipelock_common::{TraceConfig, task_filter};
 
+use super::memory::MapSizes;
 use crate::{Error, kernel::KernelBtf, model::ClassSet};
 
 /// What to trace.
@@ -20,6 +21,9 @@ pub struct Filters {
     pub comm: Option<String>,
     /// The classes to record; empty means [`ClassSet::DEFAULT`].
     pub classes: ClassSet,
+    /// How many locks the kernel maps hold per drain (`--max-locks`; None:
+    /// the default): not a filter, but refused like one before attaching.
+    pub max_locks: Option<u32>,
 }
 
 /// Longest comm the kernel keeps (`TASK_COMM_LEN` - 1).
@@ -29,6 +33,7 @@ impl Filters {
     /// Bad filters are refused before anything is attached, with the reason:
     /// a filter that can match nothing would give an empty report.
     pub fn check(&self) -> Result<(), Error> {
+        MapSizes::new(self.max_locks)?;
         let usage = |why: String| Err(Error::Usage(why));
         for (flag, ids, what) in [("-p", &self.pids, "process"), ("-t", &self.tids, "thread")] {
             for &id in ids {

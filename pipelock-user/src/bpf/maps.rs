@@ -1,5 +1,4 @@
-//! Reading the programs' maps: per-lock statistics (merged over CPUs, and
-//! drained per tick), what each lock is and who used it, drops, map fill.
+//! Reading the programs' maps: per-lock statistics (drained per tick), what each lock is and who used it, drops, map fill.
 use std::{
     collections::{BTreeMap, HashMap},
     os::fd::{AsFd as _, AsRawFd as _},
@@ -7,7 +6,7 @@ use std::{
 
 use aya::{
     Ebpf,
-    maps::{Array, HashMap as BpfHashMap, Map, MapError, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap as BpfHashMap, Map, MapError, PerCpuArray},
 };
 use pipelock_common::{Drop, LockInfo, LockKey, LockStats, LockUser, maps};
 
@@ -28,24 +27,21 @@ fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a Map, Error> {
     })
 }
 
-/// Statistics by lock, the CPUs merged.
+/// Statistics by lock.
 pub type Stats = HashMap<LockKey, LockStats>;
 
 /// Adds one statistics map's entries to `into`.
 fn add_stats(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<(), Error> {
-    let stats: PerCpuHashMap<_, LockKey, LockStats> =
-        PerCpuHashMap::try_from(map(ebpf, name)?).map_err(map_err(name))?;
+    let stats: BpfHashMap<_, LockKey, LockStats> =
+        BpfHashMap::try_from(map(ebpf, name)?).map_err(map_err(name))?;
     for entry in stats.iter() {
-        let (key, per_cpu) = entry.map_err(map_err(name))?;
-        let total = into.entry(key).or_insert(LockStats::EMPTY);
-        for cpu in per_cpu.iter() {
-            merge_stats(total, cpu);
-        }
+        let (key, value) = entry.map_err(map_err(name))?;
+        merge_stats(into.entry(key).or_insert(LockStats::EMPTY), &value);
     }
     Ok(())
 }
 
-/// Every traced lock's statistics not drained yet (both maps), the CPUs merged.
+/// Every traced lock's statistics not drained yet (both maps).
 pub fn read_stats(ebpf: &Ebpf) -> Result<Stats, Error> {
     let mut merged = HashMap::new();
     for name in maps::LOCK_STATS {
@@ -77,8 +73,8 @@ pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Stats, &'static str), Error> {
         kind: "map",
         name: name.to_owned(),
     })?;
-    let mut drained: PerCpuHashMap<_, LockKey, LockStats> =
-        PerCpuHashMap::try_from(map).map_err(map_err(name))?;
+    let mut drained: BpfHashMap<_, LockKey, LockStats> =
+        BpfHashMap::try_from(map).map_err(map_err(name))?;
     for key in taken.keys() {
         // No program writes this map now; a failed removal only leaves an
         // entry that is read again (and removed) two ticks later.
@@ -199,7 +195,7 @@ pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
         let map = ebpf.map(name)?;
         match name {
             name if maps::LOCK_STATS.contains(&name) => Some(
-                PerCpuHashMap::<_, LockKey, LockStats>::try_from(map)
+                BpfHashMap::<_, LockKey, LockStats>::try_from(map)
                     .ok()?
                     .keys()
                     .count(),

@@ -4,6 +4,7 @@ pub mod attach;
 pub mod config;
 pub mod hooks;
 pub mod maps;
+pub mod memory;
 pub mod object;
 pub mod plan;
 pub mod progstats;

@@ -19,6 +19,7 @@ use crate::{
     bpf::{
         self, AttachMode, Filters, HookBodies, TracepointKind,
         maps::{self, Identities},
+        memory::MapSizes,
         plan::coverage_notes,
         progstats::{self, StatsGuard},
     },
@@ -97,9 +98,14 @@ impl Tracer {
         }
         let btf = inspector.btf()?;
         let config = bpf::config::trace_config(&btf, filters)?;
+        let sizes = MapSizes::new(filters.max_locks)?;
         let load = || {
-            EbpfLoader::new()
-                .override_global(TRACE_CONFIG_GLOBAL, &config, true)
+            let mut loader = EbpfLoader::new();
+            loader.override_global(TRACE_CONFIG_GLOBAL, &config, true);
+            for (map, entries) in sizes.overrides() {
+                loader.map_max_entries(map, entries);
+            }
+            loader
                 .load(bpf::object::OBJECT)
                 .map_err(|source| Error::Load { source })
         };

@@ -15,6 +15,8 @@ use crate::Error;
 /// pipelock hooks or may hook (the full list is ~200k lines and mostly noise).
 const CAPTURED_SYMBOL_PARTS: &[&str] = &[
     "pipe",
+    "splice",
+    "do_tee",
     "mutex",
     "spin_",
     "wake_up",

@@ -91,7 +91,7 @@ pub fn app_with(n: u64) -> App {
                 name: "LOCK_STATS".into(),
                 used: Some(n as usize),
                 capacity: 4096,
-                memlock_bytes: None,
+                memlock_bytes: Some(5 << 20),
             }],
         },
         elapsed_s: 10.0,
