@@ -91,6 +91,23 @@ pub(crate) static TASK_FILTER: HashMap<u32, u32> = HashMap::with_max_entries(163
 #[map]
 pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Drop::COUNT, 0);
 
+/// The lock this CPU last named in `LOCK_INFO` and the (lock, process) it
+/// last recorded in `LOCK_USERS`: a contended lock comes back to the same
+/// CPU event after event, and a per-CPU array read (inlined by the
+/// verifier) is much cheaper than the hash lookups that would find it
+/// already recorded. Only a cache: a stale entry costs a lookup.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Recent {
+    named: LockKey,
+    user: LockKey,
+    user_tgid: u32,
+    _pad: u32,
+}
+
+#[map]
+static RECENT: PerCpuArray<Recent> = PerCpuArray::with_max_entries(1, 0);
+
 /// One entry per thread that has done pipe I/O, kept between calls (`pipe`
 /// 0 while outside one) so that the per-call work is two lookups, not an
 /// insert and a delete (map updates take a bucket lock); LRU so threads
@@ -214,9 +231,46 @@ pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
     }
 }
 
+/// Names a lock in `LOCK_INFO` unless it is named already (`info` makes
+/// the name only when it is not).
+#[inline(always)]
+pub(crate) fn name_lock(key: &LockKey, info: impl FnOnce() -> LockInfo) {
+    let recent = RECENT.get_ptr_mut(0);
+    // SAFETY: this CPU's slot; a racing program on this CPU can only make
+    // the cache miss.
+    if let Some(recent) = recent
+        && unsafe { (*recent).named } == *key
+    {
+        return;
+    }
+    // SAFETY: a lookup only. (A refused insert into an LRU map still takes
+    // a node off its free list and puts it back: look first.)
+    if unsafe { LOCK_INFO.get(key) }.is_none() {
+        let _ = LOCK_INFO.insert(key, &info(), BPF_NOEXIST as u64);
+    }
+    if let Some(recent) = recent {
+        // SAFETY: as above.
+        unsafe { (*recent).named = *key };
+    }
+}
+
 /// Records the process on a lock once (it shows in the report's processes).
 #[inline(always)]
 pub(crate) fn note_user(key: LockKey, tgid: u32) {
+    let recent = RECENT.get_ptr_mut(0);
+    // SAFETY: this CPU's slot (see `name_lock`).
+    if let Some(recent) = recent
+        && unsafe { (*recent).user == key && (*recent).user_tgid == tgid }
+    {
+        return;
+    }
+    if let Some(recent) = recent {
+        // SAFETY: as above.
+        unsafe {
+            (*recent).user = key;
+            (*recent).user_tgid = tgid;
+        }
+    }
     let user = LockUser { key, tgid, _pad: 0 };
     // SAFETY: a lookup; the comm is only fetched for a process not seen yet.
     if unsafe { LOCK_USERS.get(user) }.is_none() {

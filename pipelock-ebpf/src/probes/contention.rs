@@ -18,11 +18,9 @@ use pipelock_common::{
     Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, PendingKey, TraceConfig, class,
 };
 
-use aya_ebpf::bindings::BPF_NOEXIST;
-
 use crate::{
     files::{file_of_fd, pipe_of_file},
-    maps::{LOCK_INFO, PENDING, bump, config, count_drop, note_user, read, record, stats_of, wanted},
+    maps::{PENDING, bump, config, count_drop, name_lock, note_user, read, record, stats_of, wanted},
     task::on_task_stack,
 };
 
@@ -146,19 +144,13 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
         count_drop(Drop::PendingFull);
         return;
     }
-    // A lookup first: a refused insert into an LRU map still takes a node
-    // off its free list and puts it back.
-    // SAFETY: a lookup only.
-    if unsafe { LOCK_INFO.get(&key) }.is_none() {
-        let info = LockInfo {
-            pipe,
-            ino,
-            class,
-            _pad: 0,
-            name: [0; 32],
-        };
-        let _ = LOCK_INFO.insert(&key, &info, BPF_NOEXIST as u64);
-    }
+    name_lock(&key, || LockInfo {
+        pipe,
+        ino,
+        class,
+        _pad: 0,
+        name: [0; 32],
+    });
     note_user(key, tgid);
 }
 
