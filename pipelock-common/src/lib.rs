@@ -61,10 +61,10 @@ pub enum Drop {
     /// in interrupt context (on an interrupt stack): not that call's, so
     /// not recorded.
     InInterrupt = 5,
-    /// Hooked modes: a traced thread's call state (`TASK_PIPE`, LRU) was
-    /// evicted while it was inside a pipe read/write: that call's
-    /// acquisitions are lost.
-    StateEvicted = 6,
+    /// Hooked modes: a pipe call found its thread's slot in `TASK_PIPE`
+    /// (indexed by thread id modulo [`TASK_SLOTS`]) held by another thread
+    /// inside a pipe call: the call was not traced.
+    SlotBusy = 6,
 }
 
 impl Drop {
@@ -76,7 +76,7 @@ impl Drop {
         Self::UsersFull,
         Self::FollowFull,
         Self::InInterrupt,
-        Self::StateEvicted,
+        Self::SlotBusy,
     ];
 
     /// How the report names it.
@@ -88,7 +88,7 @@ impl Drop {
             Self::UsersFull => "users_full",
             Self::FollowFull => "follow_full",
             Self::InInterrupt => "in_interrupt",
-            Self::StateEvicted => "state_evicted",
+            Self::SlotBusy => "slot_busy",
         }
     }
 }
@@ -234,11 +234,16 @@ pub mod pipe_lock {
     pub const SLOTS: usize = PIPES * COUNT;
 }
 
+/// Slots of `TASK_PIPE`, a thread's at `tid % TASK_SLOTS` (a power of two).
+pub const TASK_SLOTS: u32 = 16384;
+
 /// Hooked modes: a task inside a pipe call (read/write, splice, tee,
 /// vmsplice), and where each of its pipes' locks stands for it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskPipe {
+    /// The thread (`pid_tgid`) this slot belongs to; 0: free.
+    pub owner: u64,
     /// The call's pipes (`pipe_inode_info`, whose mutex is at offset 0); 0
     /// for none (outside a call, or the second pipe of a one-pipe call).
     pub pipe: [u64; pipe_lock::PIPES],

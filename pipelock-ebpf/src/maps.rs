@@ -8,7 +8,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use pipelock_common::{
-    Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, TaskLockref, TaskPipe, TraceConfig,
+    Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, TASK_SLOTS, TaskLockref, TaskPipe, TraceConfig,
     hist_bucket, task_filter,
 };
 
@@ -108,12 +108,15 @@ pub(crate) struct Recent {
 #[map]
 static RECENT: PerCpuArray<Recent> = PerCpuArray::with_max_entries(1, 0);
 
-/// One entry per thread that has done pipe I/O, kept between calls (`pipe`
-/// 0 while outside one) so that the per-call work is two lookups, not an
-/// insert and a delete (map updates take a bucket lock); LRU so threads
-/// that are gone make room.
+/// Per-thread pipe-call state, thread `tid` at slot `tid % TASK_SLOTS`
+/// (kept between calls, `pipe` 0 while outside one). An array, not a hash
+/// map keyed by thread id: every mutex and spinlock hook of the system
+/// looks its thread up here, and an array lookup is a few inlined
+/// instructions where a hash lookup hashes the key and walks a bucket. Two
+/// threads whose ids share a slot cannot both be inside pipe calls: the
+/// second call is not traced and counted (`slot_busy`).
 #[map]
-pub(crate) static TASK_PIPE: LruHashMap<u32, TaskPipe> = LruHashMap::with_max_entries(16384, 0);
+pub(crate) static TASK_PIPE: Array<TaskPipe> = Array::with_max_entries(TASK_SLOTS, 0);
 
 /// One entry per thread, kept between calls (`depth` 0 outside a caller):
 /// `dput` runs on every path walk, and a lookup is much cheaper than an

@@ -24,7 +24,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use pipelock_common::{
-    LCB_F_SPIN, LockInfo, LockKey, TaskPipe, TraceConfig, class,
+    LCB_F_SPIN, LockInfo, LockKey, TASK_SLOTS, TaskPipe, TraceConfig, class,
     pipe_lock::{self, COUNT, PIPES, SLOTS},
 };
 
@@ -39,11 +39,6 @@ use crate::{
 const CLASSES: [u32; COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
 
 #[inline(always)]
-fn tid() -> u32 {
-    bpf_get_current_pid_tgid() as u32
-}
-
-#[inline(always)]
 fn now() -> u64 {
     // SAFETY: no preconditions.
     unsafe { bpf_ktime_get_ns() }
@@ -53,32 +48,49 @@ fn now() -> u64 {
 /// yet (no lock lives at address 1).
 const PIPE_PENDING: u64 = 1;
 
-/// Zeroed template for a thread's first entry (too big for the stack).
-static EMPTY_TASK_PIPE: TaskPipe = TaskPipe {
-    pipe: [0; PIPES],
-    ino: [0; PIPES],
-    kiocb: 0,
-    wait_start: [0; SLOTS],
-    hold_start: [0; SLOTS],
-    wait_ns: [0; SLOTS],
-    contended: [0; SLOTS],
-    flags_and: [0; SLOTS],
-    registered: 0,
-    _pad: 0,
-    noted_pipe: 0,
-    noted_ino: 0,
-    frees_seen: 0,
-};
-
-/// The thread's call state, created on its first pipe call.
+/// The slot of thread `pid_tgid`, whoever holds it.
 #[inline(always)]
-fn task_state(tid: u32) -> Option<&'static mut TaskPipe> {
-    if TASK_PIPE.get_ptr_mut(tid).is_none() && TASK_PIPE.insert(tid, &EMPTY_TASK_PIPE, 0).is_err() {
-        count_drop(pipelock_common::Drop::PendingFull);
+fn slot_of(pid_tgid: u64) -> Option<&'static mut TaskPipe> {
+    let index = (pid_tgid as u32) & (TASK_SLOTS - 1);
+    // SAFETY: a slot of the array; only its owner thread writes it (a
+    // claim happens while no other thread is inside a call with it).
+    TASK_PIPE.get_ptr_mut(index).map(|slot| unsafe { &mut *slot })
+}
+
+/// The current thread's state, if it holds its slot.
+#[inline(always)]
+fn current_state() -> Option<&'static mut TaskPipe> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    slot_of(pid_tgid).filter(|state| state.owner == pid_tgid)
+}
+
+/// The slot for a traced thread entering a pipe call: its own, or one it
+/// claims from a thread that is not inside a pipe call (gone, or between
+/// calls). `None` if it is not traced, or its slot is busy.
+#[inline(always)]
+fn enter_state(pid_tgid: u64) -> Option<&'static mut TaskPipe> {
+    let cfg = config();
+    let state = slot_of(pid_tgid)?;
+    if state.owner == pid_tgid {
+        // Its process stays traced while it lives; only a command name can
+        // change (exec), so only `-c` is checked again.
+        if cfg.filter_comm_set != 0 && !wanted(cfg, pid_tgid) {
+            state.owner = 0;
+            return None;
+        }
+        return Some(state);
+    }
+    if !wanted(cfg, pid_tgid) {
         return None;
     }
-    // SAFETY: this task's own entry; no other task writes it.
-    TASK_PIPE.get_ptr_mut(tid).map(|state| unsafe { &mut *state })
+    if state.owner != 0 && state.pipe != [0; PIPES] {
+        count_drop(pipelock_common::Drop::SlotBusy);
+        return None;
+    }
+    state.owner = pid_tgid;
+    state.noted_pipe = 0;
+    state.registered = 0;
+    Some(state)
 }
 
 #[inline(always)]
@@ -94,11 +106,7 @@ fn start_call(state: &mut TaskPipe, pipes: [u64; PIPES], inos: [u64; PIPES]) {
 /// kernel memory is read here, on every call.
 #[inline(always)]
 fn enter_pipe_call(kiocb: u64) {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if !wanted(&config(), pid_tgid) {
-        return;
-    }
-    let Some(state) = task_state(pid_tgid as u32) else {
+    let Some(state) = enter_state(bpf_get_current_pid_tgid()) else {
         return;
     };
     state.kiocb = kiocb;
@@ -111,9 +119,6 @@ fn enter_pipe_call(kiocb: u64) {
 #[inline(always)]
 fn enter_splice_call(cfg: &TraceConfig, files: [u64; PIPES]) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    if !wanted(cfg, pid_tgid) {
-        return;
-    }
     let mut pipes = [0; PIPES];
     let mut inos = [0; PIPES];
     for slot in 0..PIPES {
@@ -129,7 +134,7 @@ fn enter_splice_call(cfg: &TraceConfig, files: [u64; PIPES]) {
     if pipes == [0; PIPES] {
         return;
     }
-    let Some(state) = task_state(pid_tgid as u32) else {
+    let Some(state) = enter_state(pid_tgid) else {
         return;
     };
     start_call(state, pipes, inos);
@@ -192,21 +197,14 @@ fn pipe_freed() {
     }
 }
 
-/// A pipe call returns. `always_entered`: the call's entry creates the
-/// thread's state whenever the thread is traced (read/write; splice, tee
-/// and vmsplice do only when a pipe is among their files), so a traced
-/// thread without state lost it while inside the call: the LRU map evicted
-/// it. (fexit and kretprobes fire only for calls their entry hook saw
-/// begin, so a call already running at attach is not one.)
+/// A pipe call returns.
 #[inline(always)]
-fn leave_pipe_call(always_entered: bool) {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if let Some(state) = TASK_PIPE.get_ptr_mut(pid_tgid as u32) {
-        // SAFETY: this task's own entry. Locks compare against `pipe`, so 0
-        // makes every hook ignore the thread until its next pipe call.
-        unsafe { (*state).pipe = [0; PIPES] };
-    } else if always_entered && wanted(config(), pid_tgid) {
-        count_drop(pipelock_common::Drop::StateEvicted);
+fn leave_pipe_call() {
+    if let Some(state) = current_state() {
+        // Locks compare against `pipe`, so 0 makes every hook ignore the
+        // thread until its next pipe call (and frees the slot for a thread
+        // sharing it).
+        state.pipe = [0; PIPES];
     }
 }
 
@@ -239,12 +237,10 @@ fn class_wanted(index: usize) -> bool {
 /// mutex_lock entry: acquired now unless a `contention_begin` follows.
 #[inline(always)]
 fn mutex_lock_call(lock: u64) {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(state) = TASK_PIPE.get_ptr_mut(pid_tgid as u32) else {
+    let Some(state) = current_state() else {
         return;
     };
-    // SAFETY: this task's own entry; no other task writes it.
-    let state = unsafe { &mut *state };
+    let pid_tgid = state.owner;
     if state.pipe[0] == PIPE_PENDING && !adopt_pipe(state, lock, (pid_tgid >> 32) as u32) {
         // Not the pipe's mutex after all: leave this call untraced.
         state.pipe[0] = 0;
@@ -268,11 +264,9 @@ fn mutex_lock_call(lock: u64) {
 /// A contended mutex acquisition ends: the hold starts now.
 #[inline(always)]
 fn mutex_contention_end(lock: u64) {
-    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+    let Some(state) = current_state() else {
         return;
     };
-    // SAFETY: as in lock_call.
-    let state = unsafe { &mut *state };
     let Some(index) = which_lock(state, lock) else {
         return;
     };
@@ -288,11 +282,9 @@ fn mutex_contention_end(lock: u64) {
 
 #[inline(always)]
 fn lock_call(lock: u64) {
-    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+    let Some(state) = current_state() else {
         return;
     };
-    // SAFETY: this task's own entry; no other task writes it.
-    let state = unsafe { &mut *state };
     if let Some(index) = which_lock(state, lock)
         && index < SLOTS
     {
@@ -304,11 +296,9 @@ fn lock_call(lock: u64) {
 
 #[inline(always)]
 fn acquired(lock: u64) {
-    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+    let Some(state) = current_state() else {
         return;
     };
-    // SAFETY: as in lock_call.
-    let state = unsafe { &mut *state };
     if let Some(index) = which_lock(state, lock) {
         acquired_at(state, index, lock);
     }
@@ -318,11 +308,9 @@ fn acquired(lock: u64) {
 /// most one spinlock call at a time, so the pending one is it.
 #[inline(always)]
 fn acquired_pending() {
-    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+    let Some(state) = current_state() else {
         return;
     };
-    // SAFETY: as in lock_call.
-    let state = unsafe { &mut *state };
     let cfg = config();
     for slot in 0..PIPES {
         for (lock, offset) in [
@@ -382,11 +370,9 @@ fn register(state: &mut TaskPipe, index: usize, lock: u64) {
 
 #[inline(always)]
 fn released(lock: u64) {
-    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+    let Some(state) = current_state() else {
         return;
     };
-    // SAFETY: as in lock_call.
-    let state = unsafe { &mut *state };
     let Some(index) = which_lock(state, lock) else {
         return;
     };
@@ -443,7 +429,7 @@ pub fn pipe_read_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn pipe_read_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call(true);
+    leave_pipe_call();
     0
 }
 
@@ -455,7 +441,7 @@ pub fn pipe_write_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn pipe_write_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call(true);
+    leave_pipe_call();
     0
 }
 
@@ -518,11 +504,9 @@ pub fn spin_unlock_irq_entry(ctx: FEntryContext) -> i32 {
 #[btf_tracepoint(function = "contention_begin")]
 pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
     let (lock, flags): (u64, u32) = (ctx.arg(0), ctx.arg(1));
-    let Some(state) = TASK_PIPE.get_ptr_mut(tid()) else {
+    let Some(state) = current_state() else {
         return 0;
     };
-    // SAFETY: as in lock_call.
-    let state = unsafe { &mut *state };
     if let Some(index) = which_lock(state, lock)
         && index < SLOTS
         && state.wait_start[index] != 0
@@ -550,7 +534,7 @@ pub fn splice_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn splice_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call(false);
+    leave_pipe_call();
     0
 }
 
@@ -563,7 +547,7 @@ pub fn tee_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn tee_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call(false);
+    leave_pipe_call();
     0
 }
 
@@ -575,7 +559,7 @@ pub fn vmsplice_entry(ctx: FEntryContext) -> i32 {
 
 #[fexit]
 pub fn vmsplice_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call(false);
+    leave_pipe_call();
     0
 }
 
@@ -592,7 +576,7 @@ pub fn kp_pipe_read_entry(ctx: ProbeContext) -> u32 {
 
 #[kretprobe]
 pub fn kp_pipe_read_exit(_ctx: RetProbeContext) -> u32 {
-    leave_pipe_call(true);
+    leave_pipe_call();
     0
 }
 
@@ -606,7 +590,7 @@ pub fn kp_pipe_write_entry(ctx: ProbeContext) -> u32 {
 
 #[kretprobe]
 pub fn kp_pipe_write_exit(_ctx: RetProbeContext) -> u32 {
-    leave_pipe_call(true);
+    leave_pipe_call();
     0
 }
 
@@ -681,6 +665,6 @@ pub fn kp_vmsplice_entry(ctx: ProbeContext) -> u32 {
 /// The return of splice, tee and vmsplice.
 #[kretprobe]
 pub fn kp_splice_call_exit(_ctx: RetProbeContext) -> u32 {
-    leave_pipe_call(false);
+    leave_pipe_call();
     0
 }

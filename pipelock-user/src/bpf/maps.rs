@@ -189,8 +189,9 @@ pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
     // Counting keys costs a syscall per entry: the identity maps were just
     // read, so only the statistics maps are walked (called after a drain,
     // both are nearly empty; the drained one's count is what was taken).
-    // The LRU maps (per-thread state, pending waits) evict the oldest instead
-    // of dropping events; their fill is not counted.
+    // The LRU maps (pending waits, lockref state) evict the oldest instead
+    // of dropping events, and the per-thread slots are reused: their fill
+    // is not counted.
     let count = |name: &str| -> Option<usize> {
         let map = ebpf.map(name)?;
         match name {
@@ -216,7 +217,9 @@ pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
     ]
     .into_iter()
     .filter_map(|name| {
-        let (Map::HashMap(data) | Map::LruHashMap(data) | Map::PerCpuHashMap(data)) = ebpf.map(name)? else {
+        let (Map::HashMap(data) | Map::LruHashMap(data) | Map::PerCpuHashMap(data) | Map::Array(data)) =
+            ebpf.map(name)?
+        else {
             return None;
         };
         Some(MapFill {

@@ -132,7 +132,7 @@ fn maps_line(maps: &[MapFill]) -> String {
         .iter()
         .map(|m| match m.used {
             Some(used) => format!("{} {used}/{}", m.name, m.capacity),
-            None => format!("{} lru/{}", m.name, m.capacity),
+            None => format!("{} ?/{}", m.name, m.capacity),
         })
         .collect();
     let memory: u64 = maps.iter().filter_map(|m| m.memlock_bytes).sum();
@@ -196,7 +196,7 @@ mod tests {
         ];
         let text = render(&report, 20);
         assert!(
-            text.contains("maps: LOCK_STATS_A 12/4096, TASK_PIPE lru/16384 (kernel memory 3.5 MiB)\n"),
+            text.contains("maps: LOCK_STATS_A 12/4096, TASK_PIPE ?/16384 (kernel memory 3.5 MiB)\n"),
             "{text}"
         );
     }

@@ -59,7 +59,7 @@ fn header_lines(app: &App) -> Vec<Line<'static>> {
         .iter()
         .map(|m| match m.used {
             Some(used) => format!("{} {used}/{}", m.name.to_lowercase(), m.capacity),
-            None => format!("{} lru {}", m.name.to_lowercase(), m.capacity),
+            None => format!("{} ?/{}", m.name.to_lowercase(), m.capacity),
         })
         .collect::<Vec<_>>()
         .join(" ");

@@ -262,9 +262,9 @@ fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
     let [a, b] = inos[..] else {
         bail!("helper facts: {facts}")
     };
-    // Sized so that no thread's call state is evicted here (counted if it were).
+    // No two threads here share a per-thread slot (counted if they did).
     ensure!(
-        report["drops"]["state_evicted"] == 0,
+        report["drops"]["slot_busy"] == 0,
         "drops: {}",
         report["drops"]
     );
