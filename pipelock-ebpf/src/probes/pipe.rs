@@ -6,7 +6,7 @@
 //! and vmsplice, which take the pipe lock outside read/write and whose pipes
 //! (two for splice and tee between pipes) are read from their files at
 //! entry. The lock and unlock hooks, which fire for every mutex and
-//! spinlock in the system, do one hash lookup by thread id and compare the
+//! spinlock in the system, read the thread's slot of an array and compare the
 //! lock address with the call's pipes' locks before touching anything
 //! else. A call that sleeps drops and retakes the mutex: each lock/unlock
 //! pair is its own hold.
