@@ -4,7 +4,7 @@
 use aya_ebpf::helpers::bpf_get_current_task;
 use pipelock_common::TraceConfig;
 
-use crate::maps::read;
+use crate::maps::{read, read_words};
 
 const S_IFMT: u16 = 0o170000;
 const S_IFIFO: u16 = 0o010000;
@@ -16,11 +16,10 @@ pub(crate) fn file_of_fd(cfg: &TraceConfig, fd: u64) -> Option<u64> {
     let task = unsafe { bpf_get_current_task() };
     let files = read::<u64>(task + cfg.task_files as u64)?;
     let fdt = read::<u64>(files + cfg.files_fdt as u64)?;
-    let max_fds = read::<u32>(fdt + cfg.fdt_max_fds as u64)? as u64;
-    if fd >= max_fds {
+    let (max_fds, fd_array) = read_words(fdt, cfg.fdt_max_fds, cfg.fdt_fd)?;
+    if fd >= max_fds as u32 as u64 {
         return None;
     }
-    let fd_array = read::<u64>(fdt + cfg.fdt_fd as u64)?;
     let file = read::<u64>(fd_array + fd * 8)?;
     (file != 0).then_some(file)
 }
@@ -29,12 +28,10 @@ pub(crate) fn file_of_fd(cfg: &TraceConfig, fd: u64) -> Option<u64> {
 /// says it is one, and its `private_data` is the pipe.
 #[inline(always)]
 pub(crate) fn pipe_of_file(cfg: &TraceConfig, file: u64) -> Option<(u64, u64)> {
-    let inode = read::<u64>(file + cfg.file_inode as u64)?;
-    let mode = read::<u16>(inode + cfg.inode_mode as u64)?;
-    if mode & S_IFMT != S_IFIFO {
+    let (inode, pipe) = read_words(file, cfg.file_inode, cfg.file_private_data)?;
+    let (mode, ino) = read_words(inode, cfg.inode_mode, cfg.inode_ino)?;
+    if mode as u16 & S_IFMT != S_IFIFO {
         return None;
     }
-    let pipe = read::<u64>(file + cfg.file_private_data as u64)?;
-    let ino = read::<u64>(inode + cfg.inode_ino as u64).unwrap_or(0);
     (pipe != 0).then_some((pipe, ino))
 }

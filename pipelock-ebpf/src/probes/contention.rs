@@ -20,7 +20,7 @@ use pipelock_common::{
 
 use crate::{
     files::{file_of_fd, pipe_of_file},
-    maps::{PENDING, bump, config, count_drop, name_lock, note_user, read, record, stats_of, wanted},
+    maps::{PENDING, bump, config, count_drop, name_lock, note_user, read, read_words, record, stats_of, wanted},
     task::on_task_stack,
 };
 
@@ -53,7 +53,8 @@ fn classify(cfg: &TraceConfig, lock: u64) -> Option<(u32, u64, u64)> {
     // SAFETY: helpers without preconditions; the result is only read through
     // bpf_probe_read_kernel.
     let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
-    let nr = read::<u64>(regs + cfg.regs_syscall_nr as u64)? as u32;
+    let (nr, arg0) = read_words(regs, cfg.regs_syscall_nr, cfg.regs_arg0)?;
+    let nr = nr as u32;
     let second = if nr == cfg.nr_read
         || nr == cfg.nr_write
         || nr == cfg.nr_readv
@@ -68,7 +69,7 @@ fn classify(cfg: &TraceConfig, lock: u64) -> Option<(u32, u64, u64)> {
     } else {
         return None;
     };
-    let first = pipe_of_arg(cfg, regs, cfg.regs_arg0);
+    let first = file_of_fd(cfg, arg0 as u32 as u64).and_then(|file| pipe_of_file(cfg, file));
     if let Some((pipe, ino)) = first
         && let Some(class) = pipe_class(cfg, pipe, lock)
     {
