@@ -8,8 +8,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use pipelock_common::{
-    Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, TASK_SLOTS, TaskLockref, TaskPipe, TraceConfig,
-    hist_bucket, task_filter,
+    Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, TASK_SLOTS, TaskLockref, TaskPipe,
+    TraceConfig, hist_bucket, task_filter,
 };
 
 /// Filled in by userspace at load time (`EbpfLoader::override_global`).
@@ -210,7 +210,10 @@ pub(crate) fn read_words(base: u64, first: u32, second: u32) -> Option<(u64, u64
     {
         return Some((*words.get(a)?, *words.get(b)?));
     }
-    Some((read::<u64>(base + first as u64)?, read::<u64>(base + second as u64)?))
+    Some((
+        read::<u64>(base + first as u64)?,
+        read::<u64>(base + second as u64)?,
+    ))
 }
 
 /// The statistics of a lock, created empty on first use.

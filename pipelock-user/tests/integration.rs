@@ -28,10 +28,10 @@ enum Scope {
     Host,
 }
 
-#[path = "integration/splice.rs"]
-mod splice;
 #[path = "integration/memory.rs"]
 mod memory;
+#[path = "integration/splice.rs"]
+mod splice;
 use memory::map_memory_is_what_the_kernel_accounts;
 use splice::{
     fentry_counts_io_uring_pipe_reads, fentry_counts_splice_tee_vmsplice, kprobe_counts_io_uring_pipe_reads,

@@ -20,7 +20,9 @@ use pipelock_common::{
 
 use crate::{
     files::{file_of_fd, pipe_of_file},
-    maps::{PENDING, bump, config, count_drop, name_lock, note_user, read, read_words, record, stats_of, wanted},
+    maps::{
+        PENDING, bump, config, count_drop, name_lock, note_user, read, read_words, record, stats_of, wanted,
+    },
     task::on_task_stack,
 };
 

@@ -149,13 +149,16 @@ pub fn kprobe(
             ),
         };
         // The exit first, as in `fentry`.
-        let attached = exit.into_iter().chain(std::iter::once(entry)).try_for_each(|program| {
-            let prog: &mut KProbe = program_mut(ebpf, program)?;
-            if loaded.insert(program) {
-                prog.load().map_err(fail("load", program))?;
-            }
-            prog.attach(target, 0).map_err(fail("attach", program)).map(drop)
-        });
+        let attached = exit
+            .into_iter()
+            .chain(std::iter::once(entry))
+            .try_for_each(|program| {
+                let prog: &mut KProbe = program_mut(ebpf, program)?;
+                if loaded.insert(program) {
+                    prog.load().map_err(fail("load", program))?;
+                }
+                prog.attach(target, 0).map_err(fail("attach", program)).map(drop)
+            });
         optional_refusal(row, target, attached, &mut notes)?;
     }
     // Best effort: without it, contended acquisitions are not flagged.

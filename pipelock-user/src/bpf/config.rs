@@ -196,7 +196,10 @@ mod tests {
             (config.regs_arg0, config.regs_arg1, config.regs_arg2),
             (112, 104, 96)
         );
-        assert_eq!((config.nr_splice, config.nr_tee, config.nr_vmsplice), (275, 276, 278));
+        assert_eq!(
+            (config.nr_splice, config.nr_tee, config.nr_vmsplice),
+            (275, 276, 278)
+        );
         assert_eq!(config.thread_size, 16 << 10);
         assert!(config.task_stack > 0 && config.task_comm > config.task_group_leader);
         assert_eq!(&config.filter_comm[..4], b"cat\0");

@@ -73,8 +73,7 @@ pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Stats, &'static str), Error> {
         kind: "map",
         name: name.to_owned(),
     })?;
-    let mut drained: BpfHashMap<_, LockKey, LockStats> =
-        BpfHashMap::try_from(map).map_err(map_err(name))?;
+    let mut drained: BpfHashMap<_, LockKey, LockStats> = BpfHashMap::try_from(map).map_err(map_err(name))?;
     for key in taken.keys() {
         // No program writes this map now; a failed removal only leaves an
         // entry that is read again (and removed) two ticks later.

@@ -176,7 +176,13 @@ mod tests {
     #[test]
     fn statistics_memory_does_not_grow_with_the_cpu_count() {
         let (key, value) = (size_of::<LockKey>(), size_of::<LockStats>());
-        let shared = shape("LOCK_STATS_A", BPF_MAP_TYPE_HASH as u32, key, value, DEFAULT_MAX_LOCKS);
+        let shared = shape(
+            "LOCK_STATS_A",
+            BPF_MAP_TYPE_HASH as u32,
+            key,
+            value,
+            DEFAULT_MAX_LOCKS,
+        );
         let per_cpu = MapShape {
             map_type: BPF_MAP_TYPE_PERCPU_HASH as u32,
             ..shared.clone()
@@ -198,15 +204,26 @@ mod tests {
             return;
         }
         let shapes = object_shapes(crate::bpf::object::OBJECT, &MapSizes::default()).unwrap();
-        for name in maps::LOCK_STATS.iter().chain([&maps::LOCK_INFO, &maps::PENDING, &maps::TASK_PIPE]) {
+        for name in maps::LOCK_STATS
+            .iter()
+            .chain([&maps::LOCK_INFO, &maps::PENDING, &maps::TASK_PIPE])
+        {
             assert!(shapes.iter().any(|s| s.name == *name), "{name} not in {shapes:?}");
         }
         let total = total_bytes(&shapes, 256);
         assert!(total <= 64 * MIB, "{:.1} MiB", total as f64 / MIB as f64);
         // --max-locks scales the lock maps, and only them.
-        let big = object_shapes(crate::bpf::object::OBJECT, &MapSizes::new(Some(8 * DEFAULT_MAX_LOCKS)).unwrap())
-            .unwrap();
-        let stats = |s: &[MapShape]| s.iter().find(|m| m.name == maps::LOCK_STATS[1]).unwrap().max_entries;
+        let big = object_shapes(
+            crate::bpf::object::OBJECT,
+            &MapSizes::new(Some(8 * DEFAULT_MAX_LOCKS)).unwrap(),
+        )
+        .unwrap();
+        let stats = |s: &[MapShape]| {
+            s.iter()
+                .find(|m| m.name == maps::LOCK_STATS[1])
+                .unwrap()
+                .max_entries
+        };
         assert_eq!((stats(&shapes), stats(&big)), (4096, 32768));
         assert!(total_bytes(&big, 256) > total);
     }
@@ -218,6 +235,9 @@ mod tests {
             let err = MapSizes::new(Some(bad)).unwrap_err().to_string();
             assert!(err.contains(&format!("--max-locks {bad}")), "{err}");
         }
-        assert_eq!(MapSizes::new(Some(16)).unwrap().overrides()[2], (maps::LOCK_INFO, 64));
+        assert_eq!(
+            MapSizes::new(Some(16)).unwrap().overrides()[2],
+            (maps::LOCK_INFO, 64)
+        );
     }
 }

@@ -232,9 +232,8 @@ fn read_interrupt_check(ebpf: &aya::Ebpf) -> Result<InterruptCheck, String> {
         .map(maps::INTERRUPT_CHECK)
         .ok_or_else(|| format!("no {} map", maps::INTERRUPT_CHECK))?;
     let counts: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(|e| one_line(&e))?;
-    let slot = |i: u32| -> Result<u64, String> {
-        Ok(counts.get(&i, 0).map_err(|e| one_line(&e))?.iter().sum())
-    };
+    let slot =
+        |i: u32| -> Result<u64, String> { Ok(counts.get(&i, 0).map_err(|e| one_line(&e))?.iter().sum()) };
     Ok(InterruptCheck {
         syscalls_on_task_stack: slot(0)?,
         syscalls_elsewhere: slot(1)?,

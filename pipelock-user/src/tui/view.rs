@@ -69,7 +69,10 @@ fn header_lines(app: &App) -> Vec<Line<'static>> {
         app.bpf_cpu_share * 100.0
     );
     let memory: u64 = app.fill.iter().filter_map(|m| m.memlock_bytes).sum();
-    let maps = format!("maps: {fill} · kernel memory {:.1} MiB", memory as f64 / 1048576.0);
+    let maps = format!(
+        "maps: {fill} · kernel memory {:.1} MiB",
+        memory as f64 / 1048576.0
+    );
     let third = if app.samples == 0 {
         "waiting for the first interval…".to_owned()
     } else if !app.filter.is_empty() {
@@ -359,7 +362,10 @@ mod tests {
         assert!(lines[4].contains("contended/s▼"), "{text}");
         assert!(lines[5].contains("pipe:[1040]"), "largest first: {text}");
         assert!(text.contains("pipelock's BPF: 500 runs/s, 50 ns/run"), "{text}");
-        assert!(text.contains("lock_stats 40/4096 · kernel memory 5.0 MiB"), "{text}");
+        assert!(
+            text.contains("lock_stats 40/4096 · kernel memory 5.0 MiB"),
+            "{text}"
+        );
         assert!(text.contains("dropped: stale_pending 3"), "{text}");
         assert!(
             text.contains("processes"),

@@ -27,7 +27,10 @@ pub(super) fn map_memory_is_what_the_kernel_accounts() -> Result<Outcome> {
         return Ok(skip);
     }
     let release = fs::read_to_string("/proc/sys/kernel/osrelease")?;
-    let mut version = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    let mut version = release
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (version.next().unwrap_or(0), version.next().unwrap_or(0));
     if (major, minor) < (6, 4) {
         return Ok(Outcome::Skipped(format!(
@@ -66,7 +69,10 @@ pub(super) fn map_memory_is_what_the_kernel_accounts() -> Result<Outcome> {
             (model / kernel - 1.0).abs() <= 0.05,
             "{name}: the kernel accounts {kernel} bytes, the model says {model} ({cpus} CPUs)"
         );
-        println!("  {name}: {} entries, kernel {kernel} B, model {model} B", shape.max_entries);
+        println!(
+            "  {name}: {} entries, kernel {kernel} B, model {model} B",
+            shape.max_entries
+        );
     }
     Ok(Outcome::Passed)
 }

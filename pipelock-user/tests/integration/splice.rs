@@ -85,7 +85,11 @@ pub(super) fn splice_io(args: &[String]) -> ! {
                 splice(b_read.as_raw_fd(), None, null.as_raw_fd(), 0),
                 1,
             )?;
-            check_len("vmsplice(→ A)", vmsplice_one(a_write.as_raw_fd(), &mut byte, 0), 1)?;
+            check_len(
+                "vmsplice(→ A)",
+                vmsplice_one(a_write.as_raw_fd(), &mut byte, 0),
+                1,
+            )?;
             // SAFETY: a two-byte buffer; our pipe.
             let read = unsafe { libc::read(a_read.as_raw_fd(), two.as_mut_ptr().cast(), 2) };
             check_len("read(A)", read, 2)?;
@@ -202,7 +206,10 @@ pub(super) fn uring_pipe_io(args: &[String]) -> ! {
 /// `pipelock trace ARGS -- integration HELPER N`: the JSON report and what
 /// the helper wrote to its file.
 fn trace_helper(name: &str, trace_args: &[&str], helper: &[&str]) -> Result<(serde_json::Value, String)> {
-    let (json, facts) = (scratch(&format!("{name}.json")), scratch(&format!("{name}.facts")));
+    let (json, facts) = (
+        scratch(&format!("{name}.json")),
+        scratch(&format!("{name}.facts")),
+    );
     let out = run(pipelock()
         .arg("trace")
         .args(trace_args)
@@ -263,11 +270,7 @@ fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
         bail!("helper facts: {facts}")
     };
     // No two threads here share a per-thread slot (counted if they did).
-    ensure!(
-        report["drops"]["slot_busy"] == 0,
-        "drops: {}",
-        report["drops"]
-    );
+    ensure!(report["drops"]["slot_busy"] == 0, "drops: {}", report["drops"]);
     for (ino, want, calls) in [
         (a, 4 * N, "splice in + tee + vmsplice + read"),
         (b, 2 * N, "tee + splice out"),

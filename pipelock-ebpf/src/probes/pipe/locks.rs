@@ -1,0 +1,200 @@
+//! Timing a call's pipe locks: lock call → acquired (wait) → released
+//! (hold), recorded per lock at the release.
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns};
+use pipelock_common::{
+    LCB_F_SPIN, LockInfo, LockKey, TaskPipe, class,
+    pipe_lock::{self, COUNT, PIPES, SLOTS},
+};
+
+use super::calls::{PIPE_PENDING, adopt_pipe, current_state, which_lock};
+use crate::maps::{LOCK_INFO, bump, config, record, stats_of};
+
+pub(super) const CLASSES: [u32; COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
+
+#[inline(always)]
+pub(super) fn now() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+pub(super) fn class_wanted(index: usize) -> bool {
+    config().class_mask & (1 << CLASSES[index % COUNT]) != 0
+}
+
+/// mutex_lock entry: acquired now unless a `contention_begin` follows.
+#[inline(always)]
+pub(super) fn mutex_lock_call(lock: u64) {
+    let Some(state) = current_state() else {
+        return;
+    };
+    let pid_tgid = state.owner;
+    if state.pipe[0] == PIPE_PENDING && !adopt_pipe(state, lock, (pid_tgid >> 32) as u32) {
+        // Not the pipe's mutex after all: leave this call untraced.
+        state.pipe[0] = 0;
+        return;
+    }
+    let Some(index) = which_lock(state, lock) else {
+        return;
+    };
+    if index >= SLOTS || index % COUNT != pipe_lock::MUTEX || !class_wanted(index) {
+        return;
+    }
+    let at = now();
+    state.wait_start[index] = at;
+    state.hold_start[index] = at;
+    state.wait_ns[index] = 0;
+    state.contended[index] = 0;
+    state.flags_and[index] = u32::MAX;
+    register(state, index, lock);
+}
+
+/// A contended mutex acquisition ends: the hold starts now.
+#[inline(always)]
+pub(super) fn mutex_contention_end(lock: u64) {
+    let Some(state) = current_state() else {
+        return;
+    };
+    let Some(index) = which_lock(state, lock) else {
+        return;
+    };
+    if index >= SLOTS
+        || index % COUNT != pipe_lock::MUTEX
+        || state.wait_start[index] == 0
+        || state.contended[index] == 0
+    {
+        return;
+    }
+    let at = now();
+    state.wait_ns[index] = at - state.wait_start[index];
+    state.wait_start[index] = 0;
+    state.hold_start[index] = at;
+}
+
+#[inline(always)]
+pub(super) fn lock_call(lock: u64) {
+    let Some(state) = current_state() else {
+        return;
+    };
+    if let Some(index) = which_lock(state, lock)
+        && index < SLOTS
+    {
+        state.wait_start[index] = now();
+        state.contended[index] = 0;
+        state.flags_and[index] = u32::MAX;
+    }
+}
+
+#[inline(always)]
+pub(super) fn acquired(lock: u64) {
+    let Some(state) = current_state() else {
+        return;
+    };
+    if let Some(index) = which_lock(state, lock) {
+        acquired_at(state, index, lock);
+    }
+}
+
+/// kretprobe flavour: a return carries no lock argument, but a task is in at
+/// most one spinlock call at a time, so the pending one is it.
+#[inline(always)]
+pub(super) fn acquired_pending() {
+    let Some(state) = current_state() else {
+        return;
+    };
+    let cfg = config();
+    for slot in 0..PIPES {
+        for (lock, offset) in [
+            (pipe_lock::RD_WAIT, cfg.pipe_rd_wait_lock),
+            (pipe_lock::WR_WAIT, cfg.pipe_wr_wait_lock),
+        ] {
+            let index = slot * COUNT + lock;
+            if state.wait_start[index] != 0 {
+                let address = state.pipe[slot] + offset as u64;
+                acquired_at(state, index, address);
+                return;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+pub(super) fn acquired_at(state: &mut TaskPipe, index: usize, lock: u64) {
+    if index >= SLOTS {
+        return;
+    }
+    let start = state.wait_start[index];
+    if start == 0 || !class_wanted(index) {
+        return;
+    }
+    let at = now();
+    state.wait_start[index] = 0;
+    state.hold_start[index] = at;
+    state.wait_ns[index] = at - start;
+    register(state, index, lock);
+}
+
+/// Names the lock in LOCK_INFO, once per thread and pipe (a failed insert
+/// costs a bucket lock).
+#[inline(always)]
+pub(super) fn register(state: &mut TaskPipe, index: usize, lock: u64) {
+    if state.registered & (1 << index) == 0 {
+        let slot = index / COUNT;
+        let key = LockKey {
+            lock,
+            owner: state.ino[slot],
+        };
+        // SAFETY: a lookup only.
+        if unsafe { LOCK_INFO.get(&key) }.is_none() {
+            let info = LockInfo {
+                pipe: state.pipe[slot],
+                ino: state.ino[slot],
+                class: CLASSES[index % COUNT],
+                _pad: 0,
+                name: [0; 32],
+            };
+            let _ = LOCK_INFO.insert(&key, &info, BPF_NOEXIST as u64);
+        }
+        state.registered |= 1 << index;
+    }
+}
+
+#[inline(always)]
+pub(super) fn released(lock: u64) {
+    let Some(state) = current_state() else {
+        return;
+    };
+    let Some(index) = which_lock(state, lock) else {
+        return;
+    };
+    if index >= SLOTS {
+        return;
+    }
+    let start = state.hold_start[index];
+    state.hold_start[index] = 0;
+    state.wait_start[index] = 0;
+    let key = LockKey {
+        lock,
+        owner: state.ino[index / COUNT],
+    };
+    let Some(stats) = stats_of(&key) else { return };
+    // SAFETY: a live map value; every update of it is atomic.
+    let stats = unsafe { &mut *stats };
+    if start == 0 {
+        // Released without an acquisition this call saw (taken before the
+        // call was entered, or its lock call's return was missed).
+        bump(&mut stats.dropped, 1);
+        return;
+    }
+    // The acquisition is counted with its release: one lookup of the
+    // statistics per lock/unlock pair instead of two.
+    bump(&mut stats.acquisitions, 1);
+    if state.contended[index] != 0 {
+        bump(&mut stats.contentions, 1);
+        if state.flags_and[index] & LCB_F_SPIN != 0 {
+            bump(&mut stats.spin_only, 1);
+        }
+    }
+    record(&mut stats.wait, state.wait_ns[index]);
+    record(&mut stats.hold, now() - start);
+}
