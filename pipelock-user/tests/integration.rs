@@ -639,18 +639,16 @@ fn self_test_counts_real_contention() -> Result<Outcome> {
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|w| w.parse().ok())
         .collect();
-    let [syscalls, syscalls_elsewhere, softirqs, softirqs_on_task, ..] = numbers[..] else {
+    // (Softirqs on a task stack are not checked: an interrupt that arrives
+    // in user mode runs on the task's empty kernel stack, and so does the
+    // softirq at its exit; the task is in no syscall then, so no lock event
+    // of it is classified as a pipe call's.)
+    let [syscalls, syscalls_elsewhere, softirqs, ..] = numbers[..] else {
         bail!("interrupt check: {line}")
     };
     ensure!(
         syscalls > 0 && syscalls_elsewhere == 0 && softirqs > 0,
         "interrupt check: {line}"
-    );
-    // Debian's kernels under qemu take every interrupt on the interrupt
-    // stacks (some virtualised hosts run tick softirqs on the task's).
-    ensure!(
-        !in_vm() || softirqs_on_task == 0,
-        "interrupt check in the VM: {line}"
     );
     println!("  interrupt-context check: {line}");
     Ok(Outcome::Passed)

@@ -116,17 +116,17 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
     }
     let cfg = config();
     let tgid = (pid_tgid >> 32) as u32;
-    if !wanted(&cfg, pid_tgid) {
+    if !wanted(cfg, pid_tgid) {
         return;
     }
-    let Some((class, pipe, ino)) = classify(&cfg, lock) else {
+    let Some((class, pipe, ino)) = classify(cfg, lock) else {
         return;
     };
     if cfg.class_mask & (1 << class) == 0 {
         return;
     }
     if let Some(at) = ctx_address
-        && !on_task_stack(&cfg, at)
+        && !on_task_stack(cfg, at)
     {
         count_drop(Drop::InInterrupt);
         return;

@@ -33,7 +33,7 @@ fn enter(dentry: u64) {
     }
     let cfg = config();
     let pid_tgid = bpf_get_current_pid_tgid();
-    if !wanted(&cfg, pid_tgid) {
+    if !wanted(cfg, pid_tgid) {
         return;
     }
     let tid = pid_tgid as u32;

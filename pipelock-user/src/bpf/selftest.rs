@@ -53,9 +53,10 @@ impl InterruptCheck {
     /// Why the check is wrong, if it is: a syscall judged interrupt context
     /// would drop a pipe call's own contention, and a check that never says
     /// interrupt, not even for the softirqs made on purpose, checks nothing.
-    /// (Softirqs judged task context are not an error: some virtualised
-    /// kernels run tick softirqs on the interrupted task's stack, and the
-    /// report says how many.)
+    /// (Softirqs judged task context are not an error: an interrupt that
+    /// arrives in user mode runs on the task's empty kernel stack, and so
+    /// does the softirq at its exit; that task is in no syscall then, so
+    /// the pipe-call classification never claims its events.)
     pub fn failure(&self) -> Option<String> {
         if self.syscalls_on_task_stack == 0 {
             return Some("no syscall was seen".to_owned());
@@ -97,7 +98,7 @@ impl SelfTestReport {
             match &self.interrupt_check {
                 Ok(check) => format!(
                     "syscalls {} on a task stack, {} not; softirqs (outside ksoftirqd) {} on an \
-                     interrupt stack, {} not (those count as the interrupted task's)",
+                     interrupt stack, {} on a task stack (interrupted in user mode)",
                     check.syscalls_on_task_stack,
                     check.syscalls_elsewhere,
                     check.softirqs_elsewhere,
