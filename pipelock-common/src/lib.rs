@@ -360,7 +360,9 @@ pub const fn hist_bucket(value_ns: u64) -> usize {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Histogram {
-    /// Number of recorded durations.
+    /// Number of recorded durations. The programs leave it 0: userspace
+    /// sets it to the sum of the buckets when it reads a map
+    /// ([`Histogram::count_buckets`]).
     pub count: u64,
     /// Sum of recorded durations, in nanoseconds.
     pub total_ns: u64,
@@ -371,6 +373,11 @@ pub struct Histogram {
 }
 
 impl Histogram {
+    /// `count` from the buckets (each recorded duration is in exactly one).
+    pub fn count_buckets(&mut self) {
+        self.count = self.buckets.iter().sum();
+    }
+
     pub const EMPTY: Self = Self {
         count: 0,
         total_ns: 0,

@@ -251,7 +251,8 @@ pub(crate) fn bump(counter: &mut u64, value: u64) {
 /// newer BPF ISA): two updates at once can lose a maximum, never a count.
 #[inline(always)]
 pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
-    bump(&mut hist.count, 1);
+    // No `count`: it is the sum of the buckets, which userspace takes (one
+    // atomic add less per recorded duration).
     bump(&mut hist.total_ns, ns);
     if ns > hist.max_ns {
         hist.max_ns = ns;

@@ -35,7 +35,9 @@ fn add_stats(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<(), Error> {
     let stats: BpfHashMap<_, LockKey, LockStats> =
         BpfHashMap::try_from(map(ebpf, name)?).map_err(map_err(name))?;
     for entry in stats.iter() {
-        let (key, value) = entry.map_err(map_err(name))?;
+        let (key, mut value) = entry.map_err(map_err(name))?;
+        value.wait.count_buckets();
+        value.hold.count_buckets();
         merge_stats(into.entry(key).or_insert(LockStats::EMPTY), &value);
     }
     Ok(())
