@@ -99,25 +99,35 @@ fn in_vm() -> bool {
     std::env::var_os("PIPELOCK_IN_VM").is_some()
 }
 
-/// Helper mode for the exact-count tests: `integration --exact-pipe-io N FILE`
+/// A new pipe's descriptors (read, write; close-on-exec) and its inode
+/// number, as `/proc/PID/fd` and pipelock's rows name it.
+fn pipe_with_inode() -> Result<([i32; 2], u64)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors.
+    ensure!(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
+        "pipe failed"
+    );
+    // SAFETY: fstat on a descriptor we own.
+    let ino = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        ensure!(libc::fstat(fds[0], &mut st) == 0, "fstat failed");
+        st.st_ino
+    };
+    Ok((fds, ino))
+}
+
+/// Helper mode for the exact-count tests: `integration --exact-pipe-io N HOW FILE`
 /// writes its pipe's inode number to FILE, then does exactly N writes and N
 /// reads of 512 bytes on that pipe, from one thread.
 fn exact_pipe_io(args: &[String]) -> ! {
     let run = || -> Result<()> {
         let n: u64 = args.first().context("N")?.parse()?;
-        let mut fds = [0; 2];
-        // SAFETY: pipe fills two descriptors.
-        ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe failed");
-        // SAFETY: fstat on a descriptor we own.
-        let ino = unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            ensure!(libc::fstat(fds[0], &mut st) == 0, "fstat failed");
-            st.st_ino
-        };
-        fs::write(args.get(1).context("FILE")?, ino.to_string())?;
-        // `nowait`: pwritev2/preadv2 with RWF_NOWAIT (IOCB_NOWAIT in the
-        // kernel, the flag io_uring's inline attempts carry).
-        let nowait = args.get(2).is_some_and(|a| a == "nowait");
+        let (fds, ino) = pipe_with_inode()?;
+        fs::write(args.get(2).context("FILE")?, ino.to_string())?;
+        // HOW `nowait`: pwritev2/preadv2 with RWF_NOWAIT (IOCB_NOWAIT in the
+        // kernel, the flag io_uring's inline attempts carry); `plain`: write, read.
+        let nowait = args.get(1).is_some_and(|a| a == "nowait");
         let mut buf = [0u8; 512];
         for _ in 0..n {
             let iov = libc::iovec {
@@ -197,18 +207,7 @@ fn pipe_churn(args: &[String]) -> ! {
         let messages: u64 = args.get(1).context("MESSAGES")?.parse()?;
         let mut inodes = String::new();
         for _ in 0..pipes {
-            let mut fds = [0; 2];
-            // SAFETY: pipe2 fills two descriptors.
-            ensure!(
-                unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
-                "pipe failed"
-            );
-            // SAFETY: fstat on a descriptor we own.
-            let ino = unsafe {
-                let mut st: libc::stat = std::mem::zeroed();
-                ensure!(libc::fstat(fds[0], &mut st) == 0, "fstat failed");
-                st.st_ino
-            };
+            let (fds, ino) = pipe_with_inode()?;
             inodes.push_str(&format!("{ino}\n"));
             let (read_fd, write_fd) = (fds[0], fds[1]);
             // All four start together: threads started one after another
@@ -282,18 +281,7 @@ fn pipe_breadth(args: &[String]) -> ! {
         let mut all = Vec::with_capacity(pipes);
         let mut inodes = String::new();
         for _ in 0..pipes {
-            let mut fds = [0; 2];
-            // SAFETY: pipe2 fills two descriptors.
-            ensure!(
-                unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
-                "pipe failed"
-            );
-            // SAFETY: fstat on a descriptor we own.
-            let ino = unsafe {
-                let mut st: libc::stat = std::mem::zeroed();
-                ensure!(libc::fstat(fds[0], &mut st) == 0, "fstat failed");
-                st.st_ino
-            };
+            let (fds, ino) = pipe_with_inode()?;
             inodes.push_str(&format!("{ino}\n"));
             all.push(fds);
         }
@@ -1301,28 +1289,49 @@ fn trace_exact_pipe_io_with(
     n: u64,
     how: &str,
 ) -> Result<(serde_json::Value, u64)> {
-    let (json, ino_file) = (
-        scratch(&format!("{mode}-exact.json")),
-        scratch(&format!("{mode}-exact.ino")),
+    let (report, ino) = trace_helper(
+        &format!("{mode}-exact"),
+        &["--mode", mode, "--class", classes],
+        &["--exact-pipe-io", &n.to_string(), how],
+    )?;
+    Ok((report, ino.trim().parse()?))
+}
+
+/// `pipelock trace TRACE_ARGS --json … -- integration HELPER… FILE`: the
+/// JSON report and what the helper wrote to FILE. A helper that failed
+/// fails the test.
+fn trace_helper(name: &str, trace_args: &[&str], helper: &[&str]) -> Result<(serde_json::Value, String)> {
+    let (json, facts) = (
+        scratch(&format!("{name}.json")),
+        scratch(&format!("{name}.facts")),
     );
     let out = run(pipelock()
-        .args(["trace", "--mode", mode, "--class", classes, "--json"])
+        .arg("trace")
+        .args(trace_args)
+        .arg("--json")
         .arg(&json)
         .arg("--")
         .arg(std::env::current_exe()?)
-        .args(["--exact-pipe-io", &n.to_string()])
-        .arg(&ino_file)
-        .arg(how))?;
+        .args(helper)
+        .arg(&facts))?;
     let report = fs::read_to_string(&json);
-    let ino = fs::read_to_string(&ino_file);
-    let _ = (fs::remove_file(&json), fs::remove_file(&ino_file));
+    let facts_text = fs::read_to_string(&facts);
+    let _ = (fs::remove_file(&json), fs::remove_file(&facts));
     ensure!(out.status.success(), "trace: {}", text(&out.stderr));
     ensure!(
         !text(&out.stderr).contains("COMMAND exited with"),
-        "the exact-count helper failed: {}",
+        "the helper failed: {}",
         text(&out.stderr)
     );
-    Ok((serde_json::from_str(&report?)?, ino?.trim().parse()?))
+    Ok((serde_json::from_str(&report?)?, facts_text?))
+}
+
+/// Why a test of hooked mode `mode` cannot run here, if it cannot.
+fn hooked_mode_skip(mode: &str) -> Result<Option<Outcome>> {
+    if let Some(skip) = cannot_load() {
+        return Ok(Some(skip));
+    }
+    Ok(mode_refusal(mode)?.map(Outcome::Skipped))
 }
 
 fn trace_of_an_unshared_pipe_has_no_pipe_rows() -> Result<Outcome> {
@@ -1955,11 +1964,8 @@ fn pipes_refuse_nowait() -> Result<Option<String>> {
 /// path io_uring's inline attempts take): the pipe mutex is still acquired
 /// exactly 2N times, however the kernel takes it on that path.
 fn hooks_count_nonblocking_pipe_io(mode: &str) -> Result<Outcome> {
-    if let Some(skip) = cannot_load() {
+    if let Some(skip) = hooked_mode_skip(mode)? {
         return Ok(skip);
-    }
-    if let Some(why) = mode_refusal(mode)? {
-        return Ok(Outcome::Skipped(why));
     }
     if let Some(why) = pipes_refuse_nowait()? {
         return Ok(Outcome::Skipped(why));
@@ -1995,11 +2001,8 @@ fn kprobe_records_pipe_wait_alone() -> Result<Outcome> {
 /// the pipe mutex selected too: the programs learn a call's pipe at its
 /// first mutex_lock, so that hook must come with pipe-wait.
 fn hooks_record_pipe_wait_alone(mode: &str) -> Result<Outcome> {
-    if let Some(skip) = cannot_load() {
+    if let Some(skip) = hooked_mode_skip(mode)? {
         return Ok(skip);
-    }
-    if let Some(why) = mode_refusal(mode)? {
-        return Ok(Outcome::Skipped(why));
     }
     const N: u64 = 500;
     let rd_wait = |report: &serde_json::Value, ino: u64| -> Result<u64> {
@@ -2084,11 +2087,8 @@ fn pipe_rows(report: &serde_json::Value, ino: u64) -> Vec<&serde_json::Value> {
 /// pipe mutex is taken exactly 2N times (once per call: the pipe never fills
 /// or empties under a waiting peer, so no call sleeps and retakes it).
 fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
-    if let Some(skip) = cannot_load() {
+    if let Some(skip) = hooked_mode_skip(mode)? {
         return Ok(skip);
-    }
-    if let Some(why) = mode_refusal(mode)? {
-        return Ok(Outcome::Skipped(why));
     }
     const N: u64 = 1000;
     let (report, ino) = trace_exact_pipe_io(mode, "pipe-mutex,pipe-wait", N)?;
@@ -2134,11 +2134,8 @@ fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
 }
 
 fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
-    if let Some(skip) = cannot_load() {
+    if let Some(skip) = hooked_mode_skip(mode)? {
         return Ok(skip);
-    }
-    if let Some(why) = mode_refusal(mode)? {
-        return Ok(Outcome::Skipped(why));
     }
     let report = match trace_json(
         &["--mode", mode],
@@ -2256,11 +2253,8 @@ fn kprobe_counts_lockref_calls_of_a_stat_storm() -> Result<Outcome> {
 /// N stat() calls of one path: one lockref get (`__legitimize_path`) and one
 /// put (`dput`) on that file's dentry per call, so ≈ 2N calls in its row.
 fn hooks_count_lockref_calls_of_a_stat_storm(mode: &str) -> Result<Outcome> {
-    if let Some(skip) = cannot_load() {
+    if let Some(skip) = hooked_mode_skip(mode)? {
         return Ok(skip);
-    }
-    if let Some(why) = mode_refusal(mode)? {
-        return Ok(Outcome::Skipped(why));
     }
     const N: u64 = 2000;
     let (report, name) = trace_stat_storm(mode, N)?;

@@ -11,21 +11,9 @@ use super::*;
 
 /// A pipe (read end, write end) and its inode number.
 fn new_pipe() -> Result<(OwnedFd, OwnedFd, u64)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors, owned from here on.
-    ensure!(
-        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
-        "pipe failed"
-    );
+    let ([read, write], ino) = pipe_with_inode()?;
     // SAFETY: just created, owned here alone.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: fstat on a descriptor we own.
-    let ino = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        ensure!(libc::fstat(fds[0], &mut st) == 0, "fstat failed");
-        st.st_ino
-    };
-    Ok((read, write, ino))
+    Ok(unsafe { (OwnedFd::from_raw_fd(read), OwnedFd::from_raw_fd(write), ino) })
 }
 
 fn check_len(what: &str, got: isize, want: isize) -> Result<()> {
@@ -203,34 +191,6 @@ pub(super) fn uring_pipe_io(args: &[String]) -> ! {
     }
 }
 
-/// `pipelock trace ARGS -- integration HELPER N`: the JSON report and what
-/// the helper wrote to its file.
-fn trace_helper(name: &str, trace_args: &[&str], helper: &[&str]) -> Result<(serde_json::Value, String)> {
-    let (json, facts) = (
-        scratch(&format!("{name}.json")),
-        scratch(&format!("{name}.facts")),
-    );
-    let out = run(pipelock()
-        .arg("trace")
-        .args(trace_args)
-        .arg("--json")
-        .arg(&json)
-        .arg("--")
-        .arg(std::env::current_exe()?)
-        .args(helper)
-        .arg(&facts))?;
-    let report = fs::read_to_string(&json);
-    let facts_text = fs::read_to_string(&facts);
-    let _ = (fs::remove_file(&json), fs::remove_file(&facts));
-    ensure!(out.status.success(), "trace: {}", text(&out.stderr));
-    ensure!(
-        !text(&out.stderr).contains("COMMAND exited with"),
-        "the helper failed: {}",
-        text(&out.stderr)
-    );
-    Ok((serde_json::from_str(&report?)?, facts_text?))
-}
-
 /// The pipe-mutex row of pipe `ino`.
 fn mutex_row(report: &serde_json::Value, ino: u64) -> Result<&serde_json::Value> {
     pipe_rows(report, ino)
@@ -250,11 +210,8 @@ pub(super) fn kprobe_counts_splice_tee_vmsplice() -> Result<Outcome> {
 /// N rounds of splice(file → A), tee(A → B), splice(B → /dev/null),
 /// vmsplice(→ A), read(A): A's mutex acquired exactly 4N times, B's 2N.
 fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
-    if let Some(skip) = cannot_load() {
+    if let Some(skip) = hooked_mode_skip(mode)? {
         return Ok(skip);
-    }
-    if let Some(why) = mode_refusal(mode)? {
-        return Ok(Outcome::Skipped(why));
     }
     const N: u64 = 300;
     let (report, facts) = trace_helper(
@@ -304,11 +261,8 @@ fn own_comm() -> Result<String> {
 /// threads): 2N acquisitions, also with `-c` naming the process, which
 /// the worker threads are not named after.
 fn hooks_count_io_uring_pipe_reads(mode: &str) -> Result<Outcome> {
-    if let Some(skip) = cannot_load() {
+    if let Some(skip) = hooked_mode_skip(mode)? {
         return Ok(skip);
-    }
-    if let Some(why) = mode_refusal(mode)? {
-        return Ok(Outcome::Skipped(why));
     }
     if io_uring::IoUring::new(2).is_err() {
         return Ok(Outcome::Skipped(format!(
