@@ -45,13 +45,14 @@ pub mod class {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Drop {
-    /// `PENDING` was full: a contended acquisition went untimed.
+    /// `TASK_LOCKREF` was full: a lockref call went untimed.
     PendingFull = 0,
     /// `LOCK_STATS` was full: a new lock could not be added.
     StatsFull = 1,
     /// A spinlock's `contention_begin` found the thread still waiting for
-    /// that lock: the previous wait's end was never seen (it fired inside
-    /// another BPF program), so that wait is lost and timing restarts.
+    /// that lock, or a thread had [`OPEN_WAITS`] waits open and began
+    /// another: a wait's end was never seen (it fired inside another BPF
+    /// program), so that wait is lost (the oldest, for a full slot).
     StalePending = 2,
     /// `LOCK_USERS` was full: a process on a lock was not recorded.
     UsersFull = 3,
@@ -63,7 +64,9 @@ pub enum Drop {
     InInterrupt = 5,
     /// Hooked modes: a pipe call found its thread's slot in `TASK_PIPE`
     /// (indexed by thread id modulo [`TASK_SLOTS`]) held by another thread
-    /// inside a pipe call: the call was not traced.
+    /// inside a pipe call: the call was not traced. Tracepoint mode: a
+    /// thread took over a `TASK_WAITS` slot in which another thread had a
+    /// wait open: that wait is lost.
     SlotBusy = 6,
 }
 
@@ -161,19 +164,7 @@ pub struct TraceConfig {
     pub filter_comm: [u8; 16],
 }
 
-/// Key of `PENDING`: a thread waiting for a lock. A thread can wait for two
-/// at once (a mutex's slow path takes its `wait_lock` spinlock; an interrupt
-/// contends a lock on top of a waiting task), and each pair has its own
-/// begin and end.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct PendingKey {
-    pub tid: u32,
-    pub _pad: u32,
-    pub lock: u64,
-}
-
-/// A contended acquisition in progress.
+/// A contended acquisition in progress (`lock` 0: a free entry).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pending {
@@ -187,6 +178,27 @@ pub struct Pending {
     /// AND of them: without `LCB_F_SPIN` the waiter went to sleep at least once.
     pub flags_and: u32,
     pub _pad: u32,
+}
+
+/// Waits one thread can have open at once: a mutex wait, the slow path's
+/// `wait_lock` spin inside it, and an interrupt's spin on top.
+pub const OPEN_WAITS: usize = 3;
+
+/// Tracepoint mode: a thread's contended acquisitions in progress, thread
+/// `tid` at slot `tid % TASK_SLOTS` of `TASK_WAITS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskWaits {
+    /// The thread (`pid_tgid`) whose waits these are; 0: never used.
+    pub owner: u64,
+    pub waits: [Pending; OPEN_WAITS],
+    /// Whether the thread is traced (`-p`, `-t`, the followed command),
+    /// judged when it took the slot (again on every wait with `-c`).
+    pub wanted: u32,
+    pub _pad: u32,
+    /// The lock this thread last named in `LOCK_INFO` and recorded itself
+    /// on in `LOCK_USERS`: a waiter comes back to the same pipe's locks.
+    pub recorded: LockKey,
 }
 
 /// Per-lock statistics (one value for all CPUs, updated with atomic adds).
@@ -234,7 +246,8 @@ pub mod pipe_lock {
     pub const SLOTS: usize = PIPES * COUNT;
 }
 
-/// Slots of `TASK_PIPE`, a thread's at `tid % TASK_SLOTS` (a power of two).
+/// Slots of `TASK_PIPE` and `TASK_WAITS`, a thread's at `tid % TASK_SLOTS`
+/// (a power of two).
 pub const TASK_SLOTS: u32 = 16384;
 
 /// Hooked modes: a task inside a pipe call (read/write, splice, tee,
@@ -408,7 +421,7 @@ mod user {
     unsafe impl aya::Pod for super::LockInfo {}
     unsafe impl aya::Pod for super::LockUser {}
     unsafe impl aya::Pod for super::LockKey {}
-    unsafe impl aya::Pod for super::PendingKey {}
+    unsafe impl aya::Pod for super::TaskWaits {}
     unsafe impl aya::Pod for super::TaskPipe {}
     unsafe impl aya::Pod for super::TaskLockref {}
 }

@@ -5,14 +5,16 @@ pub const CONTENTION_BEGIN_COUNT: &str = "CONTENTION_BEGIN_COUNT";
 /// `PerCpuArray<u64>` with four slots: the self-test's interrupt-context
 /// check (syscalls on/off a task stack, softirqs on/off one).
 pub const INTERRUPT_CHECK: &str = "INTERRUPT_CHECK";
-/// `LruHashMap<PendingKey, Pending>`: a contended acquisition in progress.
-pub const PENDING: &str = "PENDING";
+/// `Array<TaskWaits>`, one slot per thread id modulo `TASK_SLOTS`
+/// (tracepoint mode): contended acquisitions in progress.
+pub const TASK_WAITS: &str = "TASK_WAITS";
 /// `HashMap<LockKey, LockStats>`, twice: the programs add to the
 /// one `STATS_SLOT` names while userspace drains the other.
 pub const LOCK_STATS: [&str; 2] = ["LOCK_STATS_A", "LOCK_STATS_B"];
 /// `Array<u32>` with one slot: which of `LOCK_STATS` the programs use.
 pub const STATS_SLOT: &str = "STATS_SLOT";
-/// `HashMap<u32 tid, TaskPipe>`: fentry mode, the pipe a task is reading or writing.
+/// `Array<TaskPipe>`, one slot per thread id modulo `TASK_SLOTS` (hooked
+/// modes): the pipe call a thread is in.
 pub const TASK_PIPE: &str = "TASK_PIPE";
 /// `LruHashMap<LockKey, LockInfo>`: what the lock belongs to.
 pub const LOCK_INFO: &str = "LOCK_INFO";

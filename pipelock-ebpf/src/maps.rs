@@ -8,8 +8,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use pipelock_common::{
-    Drop, LockInfo, LockKey, LockStats, LockUser, Pending, PendingKey, TASK_SLOTS, TaskLockref, TaskPipe,
-    TraceConfig, hist_bucket, task_filter,
+    Drop, LockInfo, LockKey, LockStats, LockUser, TASK_SLOTS, TaskLockref, TaskPipe, TaskWaits, TraceConfig,
+    hist_bucket, task_filter,
 };
 
 /// Filled in by userspace at load time (`EbpfLoader::override_global`).
@@ -55,10 +55,15 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
 /// Zeroed template for a lock's first per-CPU entry (too big for the stack).
 pub(crate) static EMPTY_STATS: LockStats = LockStats::EMPTY;
 
+/// Tracepoint mode: each thread's open waits, at `tid % TASK_SLOTS`. An
+/// array slot, not a hash map keyed by (thread, lock): every
+/// `contention_begin/end` of the system looks its thread up, and an array
+/// lookup is inlined where a hash map (an LRU one, so that ends never seen
+/// could not fill it) hashes, locks a bucket and, to insert, takes a node
+/// off a shared list. A wait whose end was missed is replaced when the
+/// thread needs its entry (`stale_pending`).
 #[map]
-/// LRU: an end the programs never see (it fired inside another BPF
-/// program) must not keep its entry forever.
-pub(crate) static PENDING: LruHashMap<PendingKey, Pending> = LruHashMap::with_max_entries(16384, 0);
+pub(crate) static TASK_WAITS: Array<TaskWaits> = Array::with_max_entries(TASK_SLOTS, 0);
 /// Two statistics maps: the programs add to the one `STATS_SLOT` names;
 /// userspace switches the slot, waits an RCU grace period (no program still
 /// holds a pointer into the other map), then reads and empties that one. A

@@ -15,13 +15,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use pipelock_common::{
-    Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, PendingKey, TraceConfig, class,
+    Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, TASK_SLOTS, TaskWaits, TraceConfig, class,
 };
 
 use crate::{
     files::{file_of_fd, pipe_of_file},
     maps::{
-        PENDING, bump, config, count_drop, name_lock, note_user, read, read_words, record, stats_of, wanted,
+        TASK_WAITS, bump, config, count_drop, name_lock, note_user, read, read_words, record, stats_of,
+        wanted,
     },
     task::on_task_stack,
 };
@@ -88,35 +89,69 @@ fn classify(cfg: &TraceConfig, lock: u64) -> Option<(u32, u64, u64)> {
     Some((class::OTHER_IN_PIPE_CALL, pipe, ino))
 }
 
+/// Where a free entry is in `slot`, else its oldest open wait, which is
+/// replaced: with [`OPEN_WAITS`] open at once, an end was missed.
+#[inline(always)]
+fn entry_for_new_wait(slot: &TaskWaits) -> usize {
+    let (mut pick, mut oldest) = (0, u64::MAX);
+    for (at, wait) in slot.waits.iter().enumerate() {
+        if wait.lock == 0 {
+            return at;
+        }
+        if wait.start_ns < oldest {
+            (pick, oldest) = (at, wait.start_ns);
+        }
+    }
+    count_drop(Drop::StalePending);
+    pick
+}
+
 /// `ctx_address`: where a `tp_btf` program's arguments are (None for a
 /// classic tracepoint, whose record is in the trace buffer: no check).
 #[inline(always)]
 fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let waiting = PendingKey {
-        tid: pid_tgid as u32,
-        _pad: 0,
-        lock,
+    let Some(slot) = TASK_WAITS.get_ptr_mut(pid_tgid as u32 % TASK_SLOTS) else {
+        return;
     };
-    // One mutex acquisition can emit several begins (spin, then sleep, then
-    // again after each wake-up) but exactly one end: keep the first. Any
-    // other lock emits one begin per acquisition, so an open wait found here
-    // is one whose end was missed: it restarts.
-    if let Some(pending) = PENDING.get_ptr_mut(&waiting) {
-        // SAFETY: a value of this map; only this task updates its entry.
-        unsafe {
+    // SAFETY: a value of this map; only this thread updates its slot (an
+    // interrupt on its CPU runs as this thread and is left out below).
+    let slot = unsafe { &mut *slot };
+    let cfg = config();
+    if slot.owner != pid_tgid {
+        // A thread 16 384 ids away, or one that has exited: its waits go.
+        if slot.waits.iter().any(|wait| wait.lock != 0) {
+            count_drop(Drop::SlotBusy);
+        }
+        *slot = TaskWaits {
+            owner: pid_tgid,
+            wanted: wanted(cfg, pid_tgid) as u32,
+            ..TaskWaits::default()
+        };
+    } else {
+        for wait in slot.waits.iter_mut() {
+            if wait.lock != lock {
+                continue;
+            }
+            // One mutex acquisition can emit several begins (spin, then
+            // sleep, then again after each wake-up) but exactly one end:
+            // keep the first. Any other lock emits one begin per
+            // acquisition, so an open wait found here is one whose end was
+            // missed: it restarts.
             if flags & LCB_F_MUTEX != 0 {
-                (*pending).flags_or |= flags;
-                (*pending).flags_and &= flags;
+                wait.flags_or |= flags;
+                wait.flags_and &= flags;
                 return;
             }
+            count_drop(Drop::StalePending);
+            wait.lock = 0;
         }
-        count_drop(Drop::StalePending);
-        let _ = PENDING.remove(&waiting);
+        // A thread can change its name (exec, prctl).
+        if cfg.filter_comm_set != 0 {
+            slot.wanted = wanted(cfg, pid_tgid) as u32;
+        }
     }
-    let cfg = config();
-    let tgid = (pid_tgid >> 32) as u32;
-    if !wanted(cfg, pid_tgid) {
+    if slot.wanted == 0 {
         return;
     }
     let Some((class, pipe, ino)) = classify(cfg, lock) else {
@@ -131,60 +166,69 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
         count_drop(Drop::InInterrupt);
         return;
     }
+    let at = entry_for_new_wait(slot);
+    let Some(wait) = slot.waits.get_mut(at) else {
+        return;
+    };
     // Each lock is one row per pipe: a run-queue lock contended in calls on
     // pipes A and B is two rows, and a pipe at a freed pipe's address a new one.
-    let key = LockKey { lock, owner: ino };
-    let pending = Pending {
+    *wait = Pending {
         lock,
         owner: ino,
+        // SAFETY: no preconditions.
         start_ns: unsafe { bpf_ktime_get_ns() },
         class,
         flags_or: flags,
         flags_and: flags,
         _pad: 0,
     };
-    if PENDING.insert(&waiting, &pending, 0).is_err() {
-        count_drop(Drop::PendingFull);
-        return;
+    let key = LockKey { lock, owner: ino };
+    // Userspace keeps what it has taken of both maps: once per thread and lock.
+    if slot.recorded != key {
+        name_lock(&key, || LockInfo {
+            pipe,
+            ino,
+            class,
+            _pad: 0,
+            name: [0; 32],
+        });
+        note_user(key, (pid_tgid >> 32) as u32);
+        slot.recorded = key;
     }
-    name_lock(&key, || LockInfo {
-        pipe,
-        ino,
-        class,
-        _pad: 0,
-        name: [0; 32],
-    });
-    note_user(key, tgid);
 }
 
 #[inline(always)]
 fn on_end(lock: u64) {
-    let waiting = PendingKey {
-        tid: bpf_get_current_pid_tgid() as u32,
-        _pad: 0,
-        lock,
-    };
-    // SAFETY: a value of this map, copied out before removal.
-    let Some(pending) = (unsafe { PENDING.get(&waiting) }).copied() else {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(slot) = TASK_WAITS.get_ptr_mut(pid_tgid as u32 % TASK_SLOTS) else {
         return;
     };
-    let _ = PENDING.remove(&waiting);
+    // SAFETY: as in `on_begin`.
+    let slot = unsafe { &mut *slot };
+    if slot.owner != pid_tgid {
+        return;
+    }
+    let Some(wait) = slot.waits.iter_mut().find(|wait| wait.lock == lock) else {
+        return;
+    };
+    wait.lock = 0;
     // SAFETY: no preconditions.
-    let wait = unsafe { bpf_ktime_get_ns() }.saturating_sub(pending.start_ns);
+    let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(wait.start_ns);
     let key = LockKey {
         lock,
-        owner: pending.owner,
+        owner: wait.owner,
     };
+    let spin_only = wait.flags_and & LCB_F_SPIN != 0;
     let Some(stats) = stats_of(&key) else {
         return;
     };
     // SAFETY: a live map value; every update of it is atomic.
     unsafe {
         bump(&mut (*stats).contentions, 1);
-        if pending.flags_and & LCB_F_SPIN != 0 {
+        if spin_only {
             bump(&mut (*stats).spin_only, 1);
         }
-        record(&mut (*stats).wait, wait);
+        record(&mut (*stats).wait, ns);
     }
 }
 

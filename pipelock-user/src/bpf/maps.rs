@@ -212,7 +212,7 @@ pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
         maps::LOCK_STATS[1],
         maps::LOCK_INFO,
         maps::LOCK_USERS,
-        maps::PENDING,
+        maps::TASK_WAITS,
         maps::TASK_PIPE,
         maps::TASK_LOCKREF,
     ]

@@ -206,7 +206,7 @@ mod tests {
         let shapes = object_shapes(crate::bpf::object::OBJECT, &MapSizes::default()).unwrap();
         for name in maps::LOCK_STATS
             .iter()
-            .chain([&maps::LOCK_INFO, &maps::PENDING, &maps::TASK_PIPE])
+            .chain([&maps::LOCK_INFO, &maps::TASK_WAITS, &maps::TASK_PIPE])
         {
             assert!(shapes.iter().any(|s| s.name == *name), "{name} not in {shapes:?}");
         }
