@@ -159,6 +159,16 @@ pub struct TraceConfig {
     pub dentry_lockref: u32,
     pub dentry_name: u32,
     pub dentry_hash: u32,
+    /// `rq.__lock`; `rq.cfs.rq`, the run queue's pointer to itself (0: the
+    /// kernel has none, run-queue locks are not recognised); `rq.cpu`.
+    pub rq_lock: u32,
+    pub rq_self: u32,
+    pub rq_cpu: u32,
+    /// `mutex.wait_lock` (the spinlock inside a pipe's mutex).
+    pub mutex_wait_lock: u32,
+    /// `task_struct.pi_lock` and `task_struct.pid`.
+    pub task_pi_lock: u32,
+    pub task_pid: u32,
     /// Non-zero: only tasks whose comm is `filter_comm` (NUL-padded).
     pub filter_comm_set: u32,
     pub filter_comm: [u8; 16],
@@ -298,9 +308,25 @@ pub struct LockInfo {
     /// The pipe's inode number: `pipe:[ino]` in /proc/PID/fd.
     pub ino: u64,
     pub class: u32,
-    pub _pad: u32,
-    /// Lockref class: the dentry's name (NUL-padded, truncated to fit).
+    /// Other-in-pipe-call: what the lock was recognised as ([`known`]).
+    pub known: u32,
+    /// Lockref class: the dentry's name (NUL-padded, truncated to fit);
+    /// a task's `pi_lock`: the task's comm.
     pub name: [u8; 32],
+    /// A run queue's CPU, a task's thread id.
+    pub detail: u64,
+}
+
+/// What an other-in-pipe-call lock was recognised as ([`LockInfo::known`]),
+/// each checked against the kernel object around it before it is believed.
+pub mod known {
+    pub const NOTHING: u32 = 0;
+    /// `rq->__lock` of the run queue of CPU `detail`.
+    pub const RUN_QUEUE: u32 = 1;
+    /// `task->pi_lock` of thread `detail`, comm `name`.
+    pub const TASK_PI: u32 = 2;
+    /// The `wait_lock` inside the pipe's own mutex (its slow path's spinlock).
+    pub const PIPE_MUTEX_WAIT_LOCK: u32 = 3;
 }
 
 /// fentry/kprobe mode: a task inside a lockref caller (`__legitimize_path`,

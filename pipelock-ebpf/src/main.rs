@@ -14,6 +14,7 @@
 mod files;
 mod maps;
 mod probes;
+mod recognise;
 mod task;
 
 #[cfg(not(test))]

@@ -48,6 +48,12 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
     dentry_lockref: 0,
     dentry_name: 0,
     dentry_hash: 0,
+    rq_lock: 0,
+    rq_self: 0,
+    rq_cpu: 0,
+    mutex_wait_lock: 0,
+    task_pi_lock: 0,
+    task_pid: 0,
     filter_comm_set: 0,
     filter_comm: [0; 16],
 };

@@ -64,6 +64,7 @@ const TESTS: &[Test] = tests![
     Kernel self_test_counts_real_contention,
     Kernel saved_facts_reproduce_the_live_report,
     Kernel trace_sees_the_herds_pipe_locks,
+    Kernel herds_foreign_locks_are_named,
     Kernel trace_of_an_unshared_pipe_has_no_pipe_rows,
     Host trace_counts_agree_with_perf_lock,
     Kernel fentry_counts_every_pipe_mutex_acquisition,
@@ -1273,6 +1274,63 @@ fn trace_sees_the_herds_pipe_locks() -> Result<Outcome> {
         "mode: {}",
         report["mode"]
     );
+    Ok(Outcome::Passed)
+}
+
+/// The herd's waits outside its pipe's own locks are for the run queues
+/// of the wake-up path: its two busiest other-in-pipe-call rows are the
+/// run-queue locks of two CPUs, named (the programs check the address
+/// against the run queue's pointer to itself), and no row claims a CPU
+/// this machine does not have.
+fn herds_foreign_locks_are_named() -> Result<Outcome> {
+    let limit = if in_vm() { "30000" } else { "300000" };
+    let report = match trace_json(
+        &["--mode", "tracepoint"],
+        &["run", "pipe-herd", "--limit", limit, "-q"],
+    )? {
+        Ok(report) => report,
+        Err(skip) => return Ok(skip),
+    };
+    let locks = report["locks"].as_array().context("no locks array")?;
+    let mut others: Vec<(&str, u64, u64)> = locks
+        .iter()
+        .filter(|l| l["class"] == "other-in-pipe-call")
+        .filter_map(|l| {
+            Some((
+                l["name"].as_str()?,
+                l["wait"]["total_ns"].as_u64()?,
+                l["contentions"].as_u64()?,
+            ))
+        })
+        .collect();
+    others.sort_by_key(|(_, wait, _)| std::cmp::Reverse(*wait));
+    let cpus = std::thread::available_parallelism()?.get();
+    for (name, _, _) in &others {
+        if let Some(cpu) = name
+            .strip_prefix("rq_lock(cpu ")
+            .and_then(|r| r.split(')').next())
+        {
+            ensure!(cpu.parse::<usize>()? < cpus, "{name}: no such CPU here ({cpus})");
+        }
+    }
+    if cpus < 2 {
+        return Ok(Outcome::Skipped("one CPU: one run queue".into()));
+    }
+    // Under emulation the herd rarely contends a run queue.
+    if others.len() < 2 || others[1].2 < 100 {
+        if in_vm() {
+            return Ok(Outcome::Skipped(format!(
+                "too little contention outside the pipe's locks under emulation to judge: {others:?}"
+            )));
+        }
+        bail!("the herd's top other-in-pipe-call rows: {others:?}");
+    }
+    let top: Vec<&str> = others[..2].iter().map(|(name, _, _)| *name).collect();
+    ensure!(
+        top.iter().all(|n| n.starts_with("rq_lock(cpu ")) && top[0] != top[1],
+        "the two busiest other-in-pipe-call rows are not two CPUs' run-queue locks: {others:?}"
+    );
+    println!("  busiest other-in-pipe-call rows: {top:?}");
     Ok(Outcome::Passed)
 }
 

@@ -16,6 +16,7 @@ use aya_ebpf::{
 };
 use pipelock_common::{
     Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, TASK_SLOTS, TaskWaits, TraceConfig, class,
+    known,
 };
 
 use crate::{
@@ -24,6 +25,7 @@ use crate::{
         TASK_WAITS, bump, config, count_drop, name_lock, note_user, read, read_words, record, stats_of,
         wanted,
     },
+    recognise::recognise,
     task::on_task_stack,
 };
 
@@ -185,12 +187,19 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
     let key = LockKey { lock, owner: ino };
     // Userspace keeps what it has taken of both maps: once per thread and lock.
     if slot.recorded != key {
-        name_lock(&key, || LockInfo {
-            pipe,
-            ino,
-            class,
-            _pad: 0,
-            name: [0; 32],
+        name_lock(&key, || {
+            let mut info = LockInfo {
+                pipe,
+                ino,
+                class,
+                known: known::NOTHING,
+                name: [0; 32],
+                detail: 0,
+            };
+            if class == class::OTHER_IN_PIPE_CALL {
+                recognise(cfg, lock, &mut info);
+            }
+            info
         });
         note_user(key, (pid_tgid >> 32) as u32);
         slot.recorded = key;

@@ -105,8 +105,9 @@ fn leave() {
             pipe: done.dentry,
             ino: 0,
             class: class::LOCKREF,
-            _pad: 0,
+            known: 0,
             name: [0; 32],
+            detail: 0,
         };
         if let Some(name) = read::<u64>(done.dentry + config().dentry_name as u64) {
             // SAFETY: the helper bounds the copy to the buffer and fails cleanly.

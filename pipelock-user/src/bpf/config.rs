@@ -100,6 +100,12 @@ const THREAD_SIZE: u32 = 16 << 10;
 /// Resolves every offset the programs need from the kernel's BTF.
 pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, Error> {
     let off = |t: &str, m: &str| btf.offset_of(t, m);
+    // Run-queue locks are named only where a run queue points to itself
+    // (`rq->cfs.rq`, CONFIG_FAIR_GROUP_SCHED, which distributions enable).
+    let run_queue = (|| {
+        let own = off("rq", "cfs").ok()? + off("cfs_rq", "rq").ok()?;
+        Some((off("rq", "__lock").ok()?, own, off("rq", "cpu").ok()?))
+    })();
     Ok(TraceConfig {
         kiocb_filp: off("kiocb", "ki_filp")?,
         task_files: off("task_struct", "files")?,
@@ -134,6 +140,12 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         dentry_lockref: off("dentry", "d_lockref.lock")?,
         dentry_name: off("dentry", "d_name.name")?,
         dentry_hash: off("dentry", "d_name.hash_len")?,
+        rq_lock: run_queue.map_or(0, |(lock, _, _)| lock),
+        rq_self: run_queue.map_or(0, |(_, own, _)| own),
+        rq_cpu: run_queue.map_or(0, |(_, _, cpu)| cpu),
+        mutex_wait_lock: off("mutex", "wait_lock")?,
+        task_pi_lock: off("task_struct", "pi_lock")?,
+        task_pid: off("task_struct", "pid")?,
         filter_comm_set: u32::from(filters.comm.is_some()),
         filter_comm: comm_bytes(filters.comm.as_deref().unwrap_or(""))?,
     })
@@ -201,6 +213,12 @@ mod tests {
             (275, 276, 278)
         );
         assert_eq!(config.thread_size, 16 << 10);
+        assert_eq!(
+            (config.rq_lock, config.rq_self > config.rq_lock, config.rq_cpu > 0),
+            (0, true, true),
+            "6.1's struct rq starts with its lock and points to itself through cfs.rq"
+        );
+        assert!(config.task_pi_lock > 0 && config.task_pid > 0);
         assert!(config.task_stack > 0 && config.task_comm > config.task_group_leader);
         assert_eq!(&config.filter_comm[..4], b"cat\0");
         assert_eq!(config.class_mask, ClassSet::PIPE_WAIT.mask());

@@ -24,7 +24,7 @@ use crate::{
         progstats::{self, StatsGuard},
     },
     error::one_line,
-    kernel::{KernelInspector, privilege},
+    kernel::{KernelInspector, KernelSymbols, privilege},
     model::{LockClass, TraceReport},
 };
 
@@ -50,6 +50,8 @@ pub struct Tracer {
     cpu_at_attach: Option<f64>,
     /// What this mode or kernel could not measure, class by class.
     notes: Vec<String>,
+    /// kallsyms, read at attach: static locks' names (and call stacks).
+    symbols: KernelSymbols,
 }
 
 impl Tracer {
@@ -166,6 +168,8 @@ impl Tracer {
         if filters.task_filter_flags() != 0 {
             notes.extend(bpf::attach::task_filter(&mut ebpf, filters)?);
         }
+        // Without it rows keep their addresses: not worth failing a trace.
+        let symbols = inspector.symbols().unwrap_or_default();
         Ok(Self {
             ebpf,
             attached,
@@ -174,6 +178,7 @@ impl Tracer {
             _stats: None,
             cpu_at_attach: None,
             notes,
+            symbols,
         })
     }
 
@@ -244,7 +249,7 @@ impl Tracer {
         duration: std::time::Duration,
     ) -> Result<TraceReport, Error> {
         let hooked = self.attached.mode.is_hooked();
-        let locks = rows::rows(stats, ids, &self.short_mode(), hooked);
+        let locks = rows::rows(stats, ids, &self.symbols, &self.short_mode(), hooked);
         let mut drops = maps::read_drops(&self.ebpf)?;
         let programs = progstats::collect(&self.ebpf);
         drops.insert(

@@ -3,6 +3,7 @@ use pipelock_common::{LockKey, LockStats};
 
 use crate::{
     bpf::maps::{Identities, Stats},
+    kernel::{KernelSymbols, SymbolKind},
     model::{LockClass, LockRow, SortKey, Timing, naming::identify, sort_rows},
 };
 
@@ -40,8 +41,15 @@ fn measured(stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
     }
 }
 
-/// One row per lock of `stats`, named from `ids`, busiest first.
-pub fn rows(stats: &Stats, ids: &Identities, mode: &str, hooked: bool) -> Vec<LockRow> {
+/// One row per lock of `stats`, named from `ids` (and `symbols`, for a
+/// static lock), busiest first.
+pub fn rows(
+    stats: &Stats,
+    ids: &Identities,
+    symbols: &KernelSymbols,
+    mode: &str,
+    hooked: bool,
+) -> Vec<LockRow> {
     let mut rows: Vec<LockRow> = stats
         .iter()
         .map(|(key, merged)| {
@@ -59,7 +67,7 @@ pub fn rows(stats: &Stats, ids: &Identities, mode: &str, hooked: bool) -> Vec<Lo
             }
             users.sort();
             users.dedup();
-            let identity = identify(lock, info);
+            let identity = identify(lock, info, symbols.name(lock, SymbolKind::Data).as_deref());
             LockRow {
                 class: identity.class,
                 lock_addr: lock,

@@ -8,7 +8,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{btf::KernelBtf, support::AttachSupport};
+use super::{btf::KernelBtf, support::AttachSupport, symbols::KernelSymbols};
 use crate::Error;
 
 /// Kernel function names a captured fixture keeps from kallsyms: every family
@@ -129,6 +129,11 @@ impl KernelInspector {
 
     pub fn kallsyms(&self) -> Result<Kallsyms, Error> {
         Ok(Kallsyms::parse(&self.read("proc/kallsyms")?))
+    }
+
+    /// Every symbol with its address (zeros without privilege: then empty).
+    pub fn symbols(&self) -> Result<KernelSymbols, Error> {
+        Ok(KernelSymbols::parse(&self.read("proc/kallsyms")?))
     }
 
     /// The kprobe PMU exists only with `CONFIG_KPROBES`; aya attaches through it.

@@ -5,9 +5,11 @@ pub mod btf;
 pub mod inspector;
 pub mod privilege;
 pub mod support;
+pub mod symbols;
 
 pub use self::{
     btf::KernelBtf,
     inspector::{Kallsyms, KernelInspector},
     support::{AttachSupport, Support},
+    symbols::{KernelSymbols, SymbolKind},
 };

@@ -150,8 +150,9 @@ pub(super) fn register(state: &mut TaskPipe, index: usize, lock: u64) {
                 pipe: state.pipe[slot],
                 ino: state.ino[slot],
                 class: CLASSES[index % COUNT],
-                _pad: 0,
+                known: 0,
                 name: [0; 32],
+                detail: 0,
             };
             let _ = LOCK_INFO.insert(&key, &info, BPF_NOEXIST as u64);
         }
