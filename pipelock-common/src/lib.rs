@@ -68,11 +68,20 @@ pub enum Drop {
     /// thread took over a `TASK_WAITS` slot in which another thread had a
     /// wait open: that wait is lost.
     SlotBusy = 6,
+    /// `DETAIL_A/B` were full: a part of a lock's figures (by owner, caller
+    /// or task) was not recorded (the lock's own figures were).
+    DetailFull = 7,
+    /// `WATCHED` was full: a waiter's wait was not split by what the
+    /// owner was doing.
+    WatchFull = 8,
+    /// A call stack could not be stored (`STACKS` full, or a hash
+    /// collision there): that wait's caller is unknown.
+    StackLost = 9,
 }
 
 impl Drop {
-    pub const COUNT: u32 = 7;
-    pub const ALL: [Self; 7] = [
+    pub const COUNT: u32 = 10;
+    pub const ALL: [Self; 10] = [
         Self::PendingFull,
         Self::StatsFull,
         Self::StalePending,
@@ -80,6 +89,9 @@ impl Drop {
         Self::FollowFull,
         Self::InInterrupt,
         Self::SlotBusy,
+        Self::DetailFull,
+        Self::WatchFull,
+        Self::StackLost,
     ];
 
     /// How the report names it.
@@ -92,6 +104,9 @@ impl Drop {
             Self::FollowFull => "follow_full",
             Self::InInterrupt => "in_interrupt",
             Self::SlotBusy => "slot_busy",
+            Self::DetailFull => "detail_full",
+            Self::WatchFull => "watch_full",
+            Self::StackLost => "stack_lost",
         }
     }
 }
@@ -169,6 +184,14 @@ pub struct TraceConfig {
     /// `task_struct.pi_lock` and `task_struct.pid`.
     pub task_pi_lock: u32,
     pub task_pid: u32,
+    /// `mutex.owner` (the owning task, flags in its low 3 bits);
+    /// `task_struct.on_cpu` and `.__state`: what an owner is doing when a
+    /// waiter starts watching it.
+    pub mutex_owner: u32,
+    pub task_on_cpu: u32,
+    pub task_state: u32,
+    /// Bits `1 << detail::…` of the breakdowns to record ([`DetailKey`]).
+    pub details: u32,
     /// Non-zero: only tasks whose comm is `filter_comm` (NUL-padded).
     pub filter_comm_set: u32,
     pub filter_comm: [u8; 16],
@@ -187,7 +210,11 @@ pub struct Pending {
     pub flags_or: u32,
     /// AND of them: without `LCB_F_SPIN` the waiter went to sleep at least once.
     pub flags_and: u32,
-    pub _pad: u32,
+    /// A mutex's owner when the wait began: its thread id (0: unknown) and
+    /// `task_struct` (0: not watched), and its [`HolderClock`] then.
+    pub owner_tid: u32,
+    pub owner_task: u64,
+    pub holder_at_start: [u64; holder::STATES],
 }
 
 /// Waits one thread can have open at once: a mutex wait, the slow path's
@@ -205,10 +232,95 @@ pub struct TaskWaits {
     /// Whether the thread is traced (`-p`, `-t`, the followed command),
     /// judged when it took the slot (again on every wait with `-c`).
     pub wanted: u32,
-    pub _pad: u32,
+    /// The owner thread this thread last named in `TASK_NAMES`.
+    pub named_owner: u32,
     /// The lock this thread last named in `LOCK_INFO` and recorded itself
     /// on in `LOCK_USERS`: a waiter comes back to the same pipe's locks.
     pub recorded: LockKey,
+}
+
+/// What a lock's owner was doing while a waiter waited for it.
+pub mod holder {
+    /// Running on a CPU: the critical section's own work.
+    pub const ON_CPU: usize = 0;
+    /// Runnable, not running: preempted (lock-holder preemption).
+    pub const RUNNABLE: usize = 1;
+    /// Sleeping with the lock held (a page fault, reclaim, I/O).
+    pub const SLEEPING: usize = 2;
+    pub const STATES: usize = 3;
+}
+
+/// A watched lock owner's time in each [`holder`] state, kept by the
+/// scheduler tracepoints while at least one waiter waits for it (`WATCHED`,
+/// keyed by its `task_struct`). A waiter takes the clock when it starts
+/// waiting and again when it stops: the difference splits its wait.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HolderClock {
+    /// Waits watching this task (the entry goes when the last ends).
+    pub waiters: u64,
+    pub state: u32,
+    pub _pad: u32,
+    /// When it entered `state`.
+    pub since_ns: u64,
+    /// Time in each state before `since_ns`, since the entry was made.
+    pub total_ns: [u64; holder::STATES],
+}
+
+impl HolderClock {
+    /// Time in each state up to `now`.
+    #[inline(always)]
+    pub fn at(&self, now: u64) -> [u64; holder::STATES] {
+        let mut times = self.total_ns;
+        if let Some(current) = times.get_mut(self.state as usize) {
+            *current += now.saturating_sub(self.since_ns);
+        }
+        times
+    }
+}
+
+/// What a [`DetailKey`] breaks one lock's figures down by.
+pub mod detail {
+    /// `id`: the thread that owned the mutex when a waiter began waiting
+    /// (0: it could not be read; the lock was being handed over).
+    pub const OWNER: u32 = 0;
+    /// `id`: the waiter's kernel call stack (its id in `STACKS`).
+    pub const CALLER: u32 = 1;
+    /// `id`: the waiting (hooked modes: acquiring) thread.
+    pub const TASK: u32 = 2;
+}
+
+/// One part of a lock's figures: by owner, by caller or by task.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DetailKey {
+    pub lock: LockKey,
+    pub kind: u32,
+    pub id: u32,
+}
+
+/// A part's figures (atomic adds, like [`LockStats`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DetailStats {
+    /// Every acquisition (hooked modes; 0 in tracepoint mode).
+    pub acquisitions: u64,
+    pub contentions: u64,
+    pub wait_ns: u64,
+    pub wait_max_ns: u64,
+    pub hold_ns: u64,
+    /// By owner: of `wait_ns`, the time the owner was in each [`holder`]
+    /// state (0 for every state where it was not watched).
+    pub holder_ns: [u64; holder::STATES],
+}
+
+/// A thread's names, for owner and per-task rows (`TASK_NAMES`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskName {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub comm: [u8; 16],
 }
 
 /// Per-lock statistics (one value for all CPUs, updated with atomic adds).
@@ -297,6 +409,15 @@ pub struct TaskPipe {
     /// `PIPE_FREES` when `noted_pipe` was checked: once any pipe has been
     /// freed since, the address may now be another pipe's, and is checked again.
     pub frees_seen: u64,
+    /// A contended mutex acquisition of each pipe: its owner when the wait
+    /// began (thread id, 0: unknown; `task_struct`, 0: not watched) and the
+    /// owner's [`HolderClock`] then.
+    pub owner_tid: [u32; pipe_lock::PIPES],
+    pub owner_task: [u64; pipe_lock::PIPES],
+    pub holder_at_start: [[u64; holder::STATES]; pipe_lock::PIPES],
+    /// The owner thread last named in `TASK_NAMES`.
+    pub named_owner: u32,
+    pub _pad2: u32,
 }
 
 /// What a traced lock belongs to.
@@ -450,6 +571,10 @@ mod user {
     unsafe impl aya::Pod for super::TaskWaits {}
     unsafe impl aya::Pod for super::TaskPipe {}
     unsafe impl aya::Pod for super::TaskLockref {}
+    unsafe impl aya::Pod for super::HolderClock {}
+    unsafe impl aya::Pod for super::DetailKey {}
+    unsafe impl aya::Pod for super::DetailStats {}
+    unsafe impl aya::Pod for super::TaskName {}
 }
 
 #[cfg(test)]

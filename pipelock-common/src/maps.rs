@@ -28,3 +28,13 @@ pub const TASK_LOCKREF: &str = "TASK_LOCKREF";
 pub const TASK_FILTER: &str = "TASK_FILTER";
 /// `PerCpuArray<u64>` indexed by [`crate::Drop`]: events not recorded, and why.
 pub const DROPS: &str = "DROPS";
+/// `HashMap<DetailKey, DetailStats>`, twice, drained like `LOCK_STATS`
+/// (the same `STATS_SLOT`): a lock's figures by owner, caller or task.
+pub const LOCK_DETAILS: [&str; 2] = ["LOCK_DETAILS_A", "LOCK_DETAILS_B"];
+/// `HashMap<u64 task_struct, HolderClock>`: lock owners someone waits for.
+pub const WATCHED: &str = "WATCHED";
+/// `Array<u64>` with one slot: waits watching an owner, system-wide (0:
+/// the scheduler programs return at once).
+pub const WATCHERS: &str = "WATCHERS";
+/// `LruHashMap<u32 tid, TaskName>`: owners' and waiters' names.
+pub const TASK_NAMES: &str = "TASK_NAMES";

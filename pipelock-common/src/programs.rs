@@ -124,3 +124,7 @@ pub const EMPTY_FEXIT: [&str; 16] = [
 ];
 pub const EMPTY_KPROBE: &str = "empty_kprobe";
 pub const EMPTY_KRETPROBE: &str = "empty_kretprobe";
+/// `sched_switch` and `sched_waking` (tp_btf): a watched lock owner's
+/// state changes (on a CPU, runnable, sleeping).
+pub const HOLDER_SWITCH: &str = "holder_switch";
+pub const HOLDER_WAKING: &str = "holder_waking";

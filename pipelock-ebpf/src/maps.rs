@@ -8,8 +8,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use pipelock_common::{
-    Drop, LockInfo, LockKey, LockStats, LockUser, TASK_SLOTS, TaskLockref, TaskPipe, TaskWaits, TraceConfig,
-    hist_bucket, task_filter,
+    DetailKey, DetailStats, Drop, HolderClock, LockInfo, LockKey, LockStats, LockUser, TASK_SLOTS,
+    TaskLockref, TaskName, TaskPipe, TaskWaits, TraceConfig, hist_bucket, task_filter,
 };
 
 /// Filled in by userspace at load time (`EbpfLoader::override_global`).
@@ -54,6 +54,10 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
     mutex_wait_lock: 0,
     task_pi_lock: 0,
     task_pid: 0,
+    mutex_owner: 0,
+    task_on_cpu: 0,
+    task_state: 0,
+    details: 0,
     filter_comm_set: 0,
     filter_comm: [0; 16],
 };
@@ -85,6 +89,22 @@ pub(crate) static LOCK_STATS_A: HashMap<LockKey, LockStats> = HashMap::with_max_
 pub(crate) static LOCK_STATS_B: HashMap<LockKey, LockStats> = HashMap::with_max_entries(4096, 0);
 #[map]
 pub(crate) static STATS_SLOT: Array<u32> = Array::with_max_entries(1, 0);
+/// A lock's figures by owner, caller or task; swapped and drained with the
+/// statistics (same slot), sized by userspace.
+#[map]
+pub(crate) static LOCK_DETAILS_A: HashMap<DetailKey, DetailStats> = HashMap::with_max_entries(16384, 0);
+#[map]
+pub(crate) static LOCK_DETAILS_B: HashMap<DetailKey, DetailStats> = HashMap::with_max_entries(16384, 0);
+/// Lock owners that waiters wait for, by `task_struct` (see `probes::holder`).
+#[map]
+pub(crate) static WATCHED: HashMap<u64, HolderClock> = HashMap::with_max_entries(16384, 0);
+/// Waits watching an owner, system-wide: while 0 the scheduler programs
+/// (which run on every context switch) return before any lookup.
+#[map]
+pub(crate) static WATCHERS: Array<u64> = Array::with_max_entries(1, 0);
+/// Names of owners and waiters, by thread id (LRU: threads come and go).
+#[map]
+pub(crate) static TASK_NAMES: LruHashMap<u32, TaskName> = LruHashMap::with_max_entries(16384, 0);
 /// LRU: on a busy system lock instances come and go by the thousand; the
 /// oldest identities make room (userspace keeps what it has read).
 #[map]
@@ -243,6 +263,25 @@ pub(crate) fn stats_of(key: &LockKey) -> Option<*mut LockStats> {
     let stats = map.get_ptr_mut(key);
     if stats.is_none() {
         count_drop(Drop::StatsFull);
+    }
+    stats
+}
+
+/// A lock's part (by owner, caller or task), created empty on first use.
+#[inline(always)]
+pub(crate) fn detail_of(key: &DetailKey) -> Option<*mut DetailStats> {
+    let map = if STATS_SLOT.get(0).copied().unwrap_or(0) == 0 {
+        &LOCK_DETAILS_A
+    } else {
+        &LOCK_DETAILS_B
+    };
+    if let Some(stats) = map.get_ptr_mut(key) {
+        return Some(stats);
+    }
+    let _ = map.insert(key, &DetailStats::default(), BPF_NOEXIST as u64);
+    let stats = map.get_ptr_mut(key);
+    if stats.is_none() {
+        count_drop(Drop::DetailFull);
     }
     stats
 }

@@ -32,10 +32,15 @@ enum Scope {
 mod memory;
 #[path = "integration/splice.rs"]
 mod splice;
+#[path = "integration/why.rs"]
+mod why;
 use memory::map_memory_is_what_the_kernel_accounts;
 use splice::{
     fentry_counts_io_uring_pipe_reads, fentry_counts_splice_tee_vmsplice, kprobe_counts_io_uring_pipe_reads,
     kprobe_counts_splice_tee_vmsplice, tracepoint_names_the_pipe_of_splice_calls,
+};
+use why::{
+    holder_preempted_by_a_realtime_task_is_seen_runnable, holder_sleeping_in_a_page_fault_is_seen_sleeping,
 };
 
 type Test = (&'static str, Scope, fn() -> Result<Outcome>);
@@ -65,6 +70,8 @@ const TESTS: &[Test] = tests![
     Kernel saved_facts_reproduce_the_live_report,
     Kernel trace_sees_the_herds_pipe_locks,
     Kernel herds_foreign_locks_are_named,
+    Kernel holder_sleeping_in_a_page_fault_is_seen_sleeping,
+    Kernel holder_preempted_by_a_realtime_task_is_seen_runnable,
     Kernel trace_of_an_unshared_pipe_has_no_pipe_rows,
     Host trace_counts_agree_with_perf_lock,
     Kernel fentry_counts_every_pipe_mutex_acquisition,
@@ -338,6 +345,12 @@ fn main() {
     }
     if args.get(1).is_some_and(|a| a == "--uring-pipe-io") {
         splice::uring_pipe_io(&args[2..]);
+    }
+    if args.get(1).is_some_and(|a| a == "--uffd-holder") {
+        why::uffd_holder(&args[2..]);
+    }
+    if args.get(1).is_some_and(|a| a == "--preempted-holder") {
+        why::preempted_holder(&args[2..]);
     }
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);

@@ -16,8 +16,10 @@ use aya_ebpf::{
 };
 use pipelock_common::{
     Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, TASK_SLOTS, TaskWaits, TraceConfig, class,
-    known,
+    holder::STATES, known,
 };
+
+use super::holder::{mutex_owner, name_task, owners_wanted, record_owner, unwatch, watch};
 
 use crate::{
     files::{file_of_fd, pipe_of_file},
@@ -95,6 +97,7 @@ fn classify(cfg: &TraceConfig, lock: u64) -> Option<(u32, u64, u64)> {
 /// replaced: with [`OPEN_WAITS`] open at once, an end was missed.
 #[inline(always)]
 fn entry_for_new_wait(slot: &TaskWaits) -> usize {
+    use pipelock_common::OPEN_WAITS;
     let (mut pick, mut oldest) = (0, u64::MAX);
     for (at, wait) in slot.waits.iter().enumerate() {
         if wait.lock == 0 {
@@ -105,7 +108,34 @@ fn entry_for_new_wait(slot: &TaskWaits) -> usize {
         }
     }
     count_drop(Drop::StalePending);
+    forget(&slot.waits[pick % OPEN_WAITS]);
     pick
+}
+
+/// Who owns the mutex `wait` is for, and (from `now`) what it is doing.
+#[inline(always)]
+fn note_owner(cfg: &TraceConfig, wait: &mut Pending, named_owner: &mut u32, now: u64) {
+    let Some((task, tid)) = mutex_owner(cfg, wait.lock) else {
+        return;
+    };
+    wait.owner_tid = tid;
+    // Userspace keeps the names it has taken: once per waiter and owner.
+    if *named_owner != tid {
+        name_task(cfg, task, tid);
+        *named_owner = tid;
+    }
+    if let Some(clock) = watch(cfg, task, now) {
+        wait.owner_task = task;
+        wait.holder_at_start = clock;
+    }
+}
+
+/// A wait whose end will never be seen stops watching its owner.
+#[inline(always)]
+fn forget(wait: &Pending) {
+    if wait.lock != 0 && wait.owner_task != 0 {
+        let _ = unwatch(wait.owner_task, &wait.holder_at_start, 0);
+    }
 }
 
 /// `ctx_address`: where a `tp_btf` program's arguments are (None for a
@@ -124,6 +154,7 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
         // A thread 16 384 ids away, or one that has exited: its waits go.
         if slot.waits.iter().any(|wait| wait.lock != 0) {
             count_drop(Drop::SlotBusy);
+            slot.waits.iter().for_each(forget);
         }
         *slot = TaskWaits {
             owner: pid_tgid,
@@ -143,9 +174,16 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
             if flags & LCB_F_MUTEX != 0 {
                 wait.flags_or |= flags;
                 wait.flags_and &= flags;
+                // The first begin found the mutex between two owners (a
+                // release to its waiters): by now it has one.
+                if wait.owner_tid == 0 && wait.class == class::PIPE_MUTEX && owners_wanted(cfg) {
+                    // SAFETY: no preconditions.
+                    note_owner(cfg, wait, &mut slot.named_owner, unsafe { bpf_ktime_get_ns() });
+                }
                 return;
             }
             count_drop(Drop::StalePending);
+            forget(wait);
             wait.lock = 0;
         }
         // A thread can change its name (exec, prctl).
@@ -174,16 +212,22 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
     };
     // Each lock is one row per pipe: a run-queue lock contended in calls on
     // pipes A and B is two rows, and a pipe at a freed pipe's address a new one.
+    // SAFETY: no preconditions.
+    let start_ns = unsafe { bpf_ktime_get_ns() };
     *wait = Pending {
         lock,
         owner: ino,
-        // SAFETY: no preconditions.
-        start_ns: unsafe { bpf_ktime_get_ns() },
+        start_ns,
         class,
         flags_or: flags,
         flags_and: flags,
-        _pad: 0,
+        owner_tid: 0,
+        owner_task: 0,
+        holder_at_start: [0; STATES],
     };
+    if class == class::PIPE_MUTEX && owners_wanted(cfg) {
+        note_owner(cfg, wait, &mut slot.named_owner, start_ns);
+    }
     let key = LockKey { lock, owner: ino };
     // Userspace keeps what it has taken of both maps: once per thread and lock.
     if slot.recorded != key {
@@ -222,11 +266,19 @@ fn on_end(lock: u64) {
     };
     wait.lock = 0;
     // SAFETY: no preconditions.
-    let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(wait.start_ns);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let ns = now.saturating_sub(wait.start_ns);
     let key = LockKey {
         lock,
         owner: wait.owner,
     };
+    if wait.class == class::PIPE_MUTEX && owners_wanted(config()) {
+        let split = match wait.owner_task {
+            0 => None,
+            task => unwatch(task, &wait.holder_at_start, now),
+        };
+        record_owner(key, wait.owner_tid, ns, split);
+    }
     let spin_only = wait.flags_and & LCB_F_SPIN != 0;
     let Some(stats) = stats_of(&key) else {
         return;

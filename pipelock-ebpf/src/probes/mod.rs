@@ -3,6 +3,7 @@ mod capability;
 mod contention;
 mod empty;
 mod follow;
+mod holder;
 mod lockref;
 mod pipe;
 mod selftest;

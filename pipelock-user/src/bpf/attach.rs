@@ -223,6 +223,21 @@ pub fn task_filter(ebpf: &mut Ebpf, filters: &Filters) -> Result<Vec<String>, Er
     }
 }
 
+/// The scheduler programs that keep a waited-for owner's state (on a CPU,
+/// runnable, sleeping); tp_btf only.
+pub fn holder_programs(ebpf: &mut Ebpf) -> Result<(), String> {
+    let btf = Btf::from_sys_fs().map_err(|e| one_line(&e))?;
+    for (program, event) in [
+        (programs::HOLDER_SWITCH, "sched_switch"),
+        (programs::HOLDER_WAKING, "sched_waking"),
+    ] {
+        let prog: &mut BtfTracePoint = program_mut(ebpf, program).map_err(|e| one_line(&e))?;
+        prog.load(event, &btf).map_err(|e| one_line(&e))?;
+        prog.attach().map_err(|e| one_line(&e))?;
+    }
+    Ok(())
+}
+
 /// tp_btf first (typed arguments, cheaper), the classic tracepoint otherwise.
 pub fn contention_tracepoints(ebpf: &mut Ebpf) -> Result<TracepointKind, Error> {
     let tp_btf = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {

@@ -2,7 +2,7 @@
 //! (from BTF) and the filters, as one `TraceConfig` global.
 use std::path::Path;
 
-use pipelock_common::{TraceConfig, task_filter};
+use pipelock_common::{TraceConfig, detail, task_filter};
 
 use super::memory::MapSizes;
 use crate::{Error, kernel::KernelBtf, model::ClassSet};
@@ -77,6 +77,16 @@ impl Filters {
             .collect()
     }
 
+    /// `TraceConfig::details`: the breakdowns the programs record. Waits
+    /// on the pipe mutex are always split by owner.
+    pub fn details(&self) -> u32 {
+        if self.classes().contains(crate::model::LockClass::PipeMutex) {
+            1 << detail::OWNER
+        } else {
+            0
+        }
+    }
+
     /// The classes actually traced.
     pub fn classes(&self) -> ClassSet {
         if self.classes.is_empty() {
@@ -146,6 +156,10 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         mutex_wait_lock: off("mutex", "wait_lock")?,
         task_pi_lock: off("task_struct", "pi_lock")?,
         task_pid: off("task_struct", "pid")?,
+        mutex_owner: off("mutex", "owner")?,
+        task_on_cpu: off("task_struct", "on_cpu")?,
+        task_state: off("task_struct", "__state")?,
+        details: filters.details(),
         filter_comm_set: u32::from(filters.comm.is_some()),
         filter_comm: comm_bytes(filters.comm.as_deref().unwrap_or(""))?,
     })

@@ -8,11 +8,16 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, Map, MapError, PerCpuArray},
 };
-use pipelock_common::{Drop, LockInfo, LockKey, LockStats, LockUser, maps};
+use pipelock_common::{DetailKey, DetailStats, Drop, LockInfo, LockKey, LockStats, LockUser, TaskName, maps};
 
 use crate::{
     Error,
-    model::{MapFill, naming::comm_text, timing::merge_stats},
+    model::{
+        MapFill,
+        naming::comm_text,
+        timing::merge_stats,
+        why::{Details, TaskNames, merge_detail},
+    },
 };
 
 fn map_err(name: &str) -> impl FnOnce(MapError) -> Error + use<> {
@@ -43,13 +48,34 @@ fn add_stats(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<(), Error> {
     Ok(())
 }
 
-/// Every traced lock's statistics not drained yet (both maps).
-pub fn read_stats(ebpf: &Ebpf) -> Result<Stats, Error> {
-    let mut merged = HashMap::new();
-    for name in maps::LOCK_STATS {
-        add_stats(ebpf, name, &mut merged)?;
+/// Adds one breakdown map's entries to `into`.
+fn add_details(ebpf: &Ebpf, name: &str, into: &mut Details) -> Result<(), Error> {
+    let details: BpfHashMap<_, DetailKey, DetailStats> =
+        BpfHashMap::try_from(map(ebpf, name)?).map_err(map_err(name))?;
+    for entry in details.iter() {
+        let (key, value) = entry.map_err(map_err(name))?;
+        merge_detail(into.entry(key).or_default(), &value);
     }
-    Ok(merged)
+    Ok(())
+}
+
+/// What the programs recorded: per lock, and per lock by owner, caller or task.
+#[derive(Clone, Debug, Default)]
+pub struct Taken {
+    pub stats: Stats,
+    pub details: Details,
+}
+
+/// Every traced lock's statistics not drained yet (both maps).
+pub fn read_stats(ebpf: &Ebpf) -> Result<Taken, Error> {
+    let mut taken = Taken::default();
+    for name in maps::LOCK_STATS {
+        add_stats(ebpf, name, &mut taken.stats)?;
+    }
+    for name in maps::LOCK_DETAILS {
+        add_details(ebpf, name, &mut taken.details)?;
+    }
+    Ok(taken)
 }
 
 /// Takes everything the programs recorded since the last call: the
@@ -58,7 +84,7 @@ pub fn read_stats(ebpf: &Ebpf) -> Result<Stats, Error> {
 /// has returned), then the old map is read and emptied. Nothing is lost or
 /// counted twice, whatever runs meanwhile.
 /// Also returns the name of the map it drained.
-pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Stats, &'static str), Error> {
+pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Taken, &'static str), Error> {
     let slot_map = ebpf.map_mut(maps::STATS_SLOT).ok_or_else(|| Error::Missing {
         kind: "map",
         name: maps::STATS_SLOT.to_owned(),
@@ -69,16 +95,20 @@ pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Stats, &'static str), Error> {
         .map_err(map_err(maps::STATS_SLOT))?;
     rcu_grace_period();
     let name = maps::LOCK_STATS[old];
-    let mut taken = HashMap::new();
-    add_stats(ebpf, name, &mut taken)?;
-    let map = ebpf.map_mut(name).ok_or_else(|| Error::Missing {
-        kind: "map",
-        name: name.to_owned(),
-    })?;
-    let mut drained: BpfHashMap<_, LockKey, LockStats> = BpfHashMap::try_from(map).map_err(map_err(name))?;
-    for key in taken.keys() {
+    let mut taken = Taken::default();
+    add_stats(ebpf, name, &mut taken.stats)?;
+    add_details(ebpf, maps::LOCK_DETAILS[old], &mut taken.details)?;
+    let mut drained: BpfHashMap<_, LockKey, LockStats> =
+        BpfHashMap::try_from(map_mut(ebpf, name)?).map_err(map_err(name))?;
+    for key in taken.stats.keys() {
         // No program writes this map now; a failed removal only leaves an
         // entry that is read again (and removed) two ticks later.
+        let _ = drained.remove(key);
+    }
+    let details_name = maps::LOCK_DETAILS[old];
+    let mut drained: BpfHashMap<_, DetailKey, DetailStats> =
+        BpfHashMap::try_from(map_mut(ebpf, details_name)?).map_err(map_err(details_name))?;
+    for key in taken.details.keys() {
         let _ = drained.remove(key);
     }
     Ok((taken, name))
@@ -103,6 +133,8 @@ pub struct Identities {
     pub info: HashMap<LockKey, LockInfo>,
     /// (tgid, comm) of the processes seen on each lock.
     pub users: HashMap<LockKey, Vec<(u32, String)>>,
+    /// Owners' and waiters' process ids and names, by thread id.
+    pub tasks: TaskNames,
 }
 
 impl Identities {
@@ -110,6 +142,8 @@ impl Identities {
     /// the kernel's LRU map has evicted them.
     pub fn merge(&mut self, fresh: &Identities) {
         self.info.extend(fresh.info.iter().map(|(k, v)| (*k, *v)));
+        self.tasks
+            .extend(fresh.tasks.iter().map(|(k, v)| (*k, v.clone())));
         for (key, users) in &fresh.users {
             let known = self.users.entry(*key).or_default();
             known.extend(users.iter().cloned());
@@ -138,6 +172,12 @@ pub fn read_identities(ebpf: &Ebpf) -> Result<Identities, Error> {
             .or_default()
             .push((user.tgid, comm_text(&comm)));
     }
+    let tasks: BpfHashMap<_, u32, TaskName> =
+        BpfHashMap::try_from(map(ebpf, maps::TASK_NAMES)?).map_err(map_err(maps::TASK_NAMES))?;
+    for entry in tasks.iter() {
+        let (tid, name) = entry.map_err(map_err(maps::TASK_NAMES))?;
+        ids.tasks.insert(tid, (name.tgid, comm_text(&name.comm)));
+    }
     Ok(ids)
 }
 
@@ -162,6 +202,11 @@ pub fn take_identities(ebpf: &mut Ebpf) -> Result<Identities, Error> {
                 _pad: 0,
             });
         }
+    }
+    let mut tasks: BpfHashMap<_, u32, TaskName> =
+        BpfHashMap::try_from(map_mut(ebpf, maps::TASK_NAMES)?).map_err(map_err(maps::TASK_NAMES))?;
+    for tid in ids.tasks.keys() {
+        let _ = tasks.remove(tid);
     }
     Ok(ids)
 }

@@ -53,14 +53,16 @@ impl MapSizes {
     /// (map, entries) set at load: the statistics maps hold `max_locks`
     /// locks; identities and processes are kept for 4× and 2× as many
     /// (several rows per pipe, several processes per lock), as at the
-    /// defaults.
-    pub fn overrides(&self) -> [(&'static str, u32); 4] {
+    /// defaults, and the breakdowns (owners, callers, tasks) for 4×.
+    pub fn overrides(&self) -> [(&'static str, u32); 6] {
         let n = self.max_locks;
         [
             (maps::LOCK_STATS[0], n),
             (maps::LOCK_STATS[1], n),
             (maps::LOCK_INFO, 4 * n),
             (maps::LOCK_USERS, 2 * n),
+            (maps::LOCK_DETAILS[0], 4 * n),
+            (maps::LOCK_DETAILS[1], 4 * n),
         ]
     }
 }

@@ -12,8 +12,12 @@ use pipelock_common::{LockKey, LockStats};
 use super::{Tracer, rows};
 use crate::{
     Error,
-    bpf::maps::{self, Identities, Stats},
-    model::{LockClass, Snapshot, SortKey, TraceReport, sort_rows, timing::merge_stats},
+    bpf::maps::{self, Identities, Taken},
+    model::{
+        LockClass, Snapshot, SortKey, TraceReport, sort_rows,
+        timing::merge_stats,
+        why::{fold_details, merge_details},
+    },
 };
 
 /// Locks a running total keeps one by one before the longest idle are folded
@@ -22,8 +26,13 @@ use crate::{
 pub const MAX_TRACKED_LOCKS: usize = 8192;
 
 /// Everything since attach (or the last reset), bounded: no aya, no I/O.
+/// Owners (callers, tasks) a running total keeps one by one per lock; the
+/// rest are summed in one "other" part.
+pub const MAX_PARTS_PER_LOCK: usize = 64;
+
 pub struct RunningTotal {
-    pub stats: Stats,
+    /// Per lock, and per lock by owner, caller or task.
+    pub taken: Taken,
     /// The tick each lock of `stats` was last active in.
     last_seen: HashMap<LockKey, u64>,
     /// Locks folded out of `stats`, by class: (how many, their sum).
@@ -37,7 +46,7 @@ pub struct RunningTotal {
 impl RunningTotal {
     pub fn new(max_tracked: usize) -> Self {
         Self {
-            stats: Stats::new(),
+            taken: Taken::default(),
             last_seen: HashMap::new(),
             retired: BTreeMap::new(),
             known: Identities::default(),
@@ -47,17 +56,25 @@ impl RunningTotal {
     }
 
     pub fn clear(&mut self) {
-        self.stats.clear();
+        self.taken.stats.clear();
+        self.taken.details.clear();
         self.last_seen.clear();
         self.retired.clear();
     }
 
     /// Adds one tick's statistics and identities.
-    pub fn add(&mut self, fresh: &Stats, ids: &Identities) {
+    pub fn add(&mut self, fresh: &Taken, ids: &Identities) {
         self.known.merge(ids);
         self.ticks += 1;
-        for (key, stats) in fresh {
-            merge_stats(self.stats.entry(*key).or_insert(LockStats::EMPTY), stats);
+        merge_details(&mut self.taken.details, &fresh.details);
+        fold_details(&mut self.taken.details, MAX_PARTS_PER_LOCK);
+        // Names of threads no part refers to any more (folded, retired).
+        if self.known.tasks.len() > self.taken.details.len() + self.max_tracked {
+            let named: HashSet<u32> = self.taken.details.keys().map(|k| k.id).collect();
+            self.known.tasks.retain(|tid, _| named.contains(tid));
+        }
+        for (key, stats) in &fresh.stats {
+            merge_stats(self.taken.stats.entry(*key).or_insert(LockStats::EMPTY), stats);
             self.last_seen.insert(*key, self.ticks);
         }
         self.retire();
@@ -66,15 +83,15 @@ impl RunningTotal {
     /// Folds the longest-idle locks beyond the limit into per-class sums,
     /// and forgets their identities.
     fn retire(&mut self) {
-        if self.stats.len() <= self.max_tracked {
+        if self.taken.stats.len() <= self.max_tracked {
             return;
         }
         // Down to 90 %, so this is not paid again on the next tick.
         let keep = self.max_tracked * 9 / 10;
         let mut idle: Vec<(u64, LockKey)> = self.last_seen.iter().map(|(k, t)| (*t, *k)).collect();
         idle.sort_unstable();
-        for (_, key) in idle.into_iter().take(self.stats.len() - keep) {
-            let Some(stats) = self.stats.remove(&key) else {
+        for (_, key) in idle.into_iter().take(self.taken.stats.len() - keep) {
+            let Some(stats) = self.taken.stats.remove(&key) else {
                 continue;
             };
             self.last_seen.remove(&key);
@@ -87,7 +104,9 @@ impl RunningTotal {
             *count += 1;
             merge_stats(sum, &stats);
         }
-        let stats = &self.stats;
+        let stats = &self.taken.stats;
+        // A retired row is a sum: its owners and callers go with it.
+        self.taken.details.retain(|key, _| stats.contains_key(&key.lock));
         self.known.info.retain(|key, _| stats.contains_key(key));
         // A pipe's wait-queue rows take their processes from its mutex's key.
         let owners: HashSet<u64> = stats.keys().map(|k| k.owner).collect();
@@ -125,14 +144,14 @@ impl IntervalCollector {
         let mut fill = maps::map_fill(tracer.ebpf(), &fresh_ids);
         // The drained map was as full as what it gave (it is empty now).
         if let Some(map) = fill.iter_mut().find(|m| m.name == drained) {
-            map.used = Some(fresh.len());
+            map.used = Some(fresh.stats.len());
         }
         self.total.add(&fresh, &fresh_ids);
         let interval = self.last.elapsed();
         self.last = Instant::now();
         let mut interval_report = tracer.build_report(&fresh, &self.total.known, interval)?;
         interval_report.maps = fill.clone();
-        let mut total = tracer.build_report(&self.total.stats, &self.total.known, self.since.elapsed())?;
+        let mut total = tracer.build_report(&self.total.taken, &self.total.known, self.since.elapsed())?;
         total.maps = fill.clone();
         if !self.total.retired.is_empty() {
             let (mode, hooked) = (tracer.short_mode(), tracer.attached().mode.is_hooked());
@@ -172,14 +191,14 @@ mod tests {
         let mut total = RunningTotal::new(100);
         let mut sum = 0;
         for tick in 0..50u64 {
-            let mut fresh = Stats::new();
+            let mut fresh = Taken::default();
             let mut ids = Identities::default();
             for i in 0..20 {
                 let key = LockKey {
                     lock: 0x1000 + i,
                     owner: tick * 100 + i,
                 };
-                fresh.insert(key, contended(i + 1));
+                fresh.stats.insert(key, contended(i + 1));
                 ids.info.insert(
                     key,
                     LockInfo {
@@ -191,24 +210,24 @@ mod tests {
             }
             // One lock stays busy all along: it must never be retired.
             let busy = LockKey { lock: 1, owner: 1 };
-            fresh.insert(busy, contended(1));
+            fresh.stats.insert(busy, contended(1));
             sum += 1;
             total.add(&fresh, &ids);
             assert!(
-                total.stats.len() <= 100,
+                total.taken.stats.len() <= 100,
                 "tick {tick}: {} locks",
-                total.stats.len()
+                total.taken.stats.len()
             );
             assert!(
-                total.stats.contains_key(&busy),
+                total.taken.stats.contains_key(&busy),
                 "tick {tick}: the busy lock was retired"
             );
         }
-        let kept: u64 = total.stats.values().map(|s| s.contentions).sum();
+        let kept: u64 = total.taken.stats.values().map(|s| s.contentions).sum();
         let retired: u64 = total.retired.values().map(|(_, s)| s.contentions).sum();
         assert_eq!(kept + retired, sum, "every contention is in a row");
         let (count, _) = total.retired[&Some(LockClass::PipeMutex)];
-        assert_eq!(count as usize + total.stats.len(), 50 * 20 + 1);
+        assert_eq!(count as usize + total.taken.stats.len(), 50 * 20 + 1);
         assert!(
             total.known.info.len() <= 100,
             "identities of retired locks are forgotten"

@@ -8,7 +8,7 @@ mod rows;
 use std::time::Instant;
 
 use aya::{Ebpf, EbpfLoader};
-use pipelock_common::TRACE_CONFIG_GLOBAL;
+use pipelock_common::{TRACE_CONFIG_GLOBAL, detail};
 
 pub use self::{
     child::{own_cpu_seconds, wait_for},
@@ -52,6 +52,9 @@ pub struct Tracer {
     notes: Vec<String>,
     /// kallsyms, read at attach: static locks' names (and call stacks).
     symbols: KernelSymbols,
+    /// The scheduler programs that follow waited-for owners are attached:
+    /// waits are split by what the owner was doing.
+    holder_split: bool,
 }
 
 impl Tracer {
@@ -168,6 +171,17 @@ impl Tracer {
         if filters.task_filter_flags() != 0 {
             notes.extend(bpf::attach::task_filter(&mut ebpf, filters)?);
         }
+        let holder_split = filters.details() & (1 << detail::OWNER) != 0
+            && bodies == HookBodies::Pipelock
+            && match bpf::attach::holder_programs(&mut ebpf) {
+                Ok(()) => true,
+                Err(why) => {
+                    notes.push(format!(
+                        "pipe-mutex: owners are named, but not what they were doing while waited for: {why}"
+                    ));
+                    false
+                }
+            };
         // Without it rows keep their addresses: not worth failing a trace.
         let symbols = inspector.symbols().unwrap_or_default();
         Ok(Self {
@@ -179,6 +193,7 @@ impl Tracer {
             cpu_at_attach: None,
             notes,
             symbols,
+            holder_split,
         })
     }
 
@@ -244,12 +259,19 @@ impl Tracer {
     /// The report of `stats`, measured over `duration`.
     pub(crate) fn build_report(
         &self,
-        stats: &maps::Stats,
+        taken: &maps::Taken,
         ids: &Identities,
         duration: std::time::Duration,
     ) -> Result<TraceReport, Error> {
         let hooked = self.attached.mode.is_hooked();
-        let locks = rows::rows(stats, ids, &self.symbols, &self.short_mode(), hooked);
+        let locks = rows::rows(
+            taken,
+            ids,
+            &self.symbols,
+            &self.short_mode(),
+            hooked,
+            self.holder_split,
+        );
         let mut drops = maps::read_drops(&self.ebpf)?;
         let programs = progstats::collect(&self.ebpf);
         drops.insert(

@@ -2,9 +2,14 @@
 use pipelock_common::{LockKey, LockStats};
 
 use crate::{
-    bpf::maps::{Identities, Stats},
+    bpf::maps::{Identities, Taken},
     kernel::{KernelSymbols, SymbolKind},
-    model::{LockClass, LockRow, SortKey, Timing, naming::identify, sort_rows},
+    model::{
+        LockClass, LockRow, SortKey, Timing,
+        naming::identify,
+        sort_rows,
+        why::{by_lock, owners_of},
+    },
 };
 
 /// The row of the locks of one class a long trace folded together (the
@@ -38,19 +43,26 @@ fn measured(stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
         } else {
             None
         },
+        owners: Vec::new(),
+        holder: Default::default(),
     }
 }
 
 /// One row per lock of `stats`, named from `ids` (and `symbols`, for a
 /// static lock), busiest first.
+/// `holder_split`: whether owners' states were watched (the scheduler
+/// programs attached).
 pub fn rows(
-    stats: &Stats,
+    taken: &Taken,
     ids: &Identities,
     symbols: &KernelSymbols,
     mode: &str,
     hooked: bool,
+    holder_split: bool,
 ) -> Vec<LockRow> {
-    let mut rows: Vec<LockRow> = stats
+    let details = by_lock(&taken.details);
+    let mut rows: Vec<LockRow> = taken
+        .stats
         .iter()
         .map(|(key, merged)| {
             let lock = key.lock;
@@ -68,7 +80,11 @@ pub fn rows(
             users.sort();
             users.dedup();
             let identity = identify(lock, info, symbols.name(lock, SymbolKind::Data).as_deref());
+            let parts = details.get(key).map_or(&[][..], Vec::as_slice);
+            let (owners, holder) = owners_of(key, parts, &ids.tasks, holder_split);
             LockRow {
+                owners,
+                holder,
                 class: identity.class,
                 lock_addr: lock,
                 owner: key.owner,

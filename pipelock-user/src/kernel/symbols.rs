@@ -29,11 +29,19 @@ pub struct KernelSymbols {
     /// (address, kind, name), by address; names interned.
     symbols: Vec<(u64, SymbolKind, u32)>,
     names: Vec<Box<str>>,
+    /// Whether data symbols are listed (`CONFIG_KALLSYMS_ALL`).
+    has_data: bool,
 }
 
 /// Past the last symbol of a kind nothing is named beyond this: the end of
 /// the last object is not known.
 const LAST_SYMBOL_SPAN: u64 = 1 << 16;
+/// No static object holding a lock is larger than this: an address further
+/// into a data symbol is in a gap between symbols kallsyms does not list.
+const DATA_SPAN: u64 = 1 << 16;
+/// Fewer data symbols than this: a kernel without `CONFIG_KALLSYMS_ALL`,
+/// whose few data symbols are section markers with huge gaps after them.
+const MIN_DATA_SYMBOLS: usize = 1000;
 
 impl KernelSymbols {
     pub fn parse(text: &str) -> Self {
@@ -59,7 +67,15 @@ impl KernelSymbols {
             symbols.push((addr, kind, id));
         }
         symbols.sort_by_key(|(addr, _, _)| *addr);
-        Self { symbols, names }
+        let data = symbols
+            .iter()
+            .filter(|(_, kind, _)| *kind == SymbolKind::Data)
+            .count();
+        Self {
+            symbols,
+            names,
+            has_data: data >= MIN_DATA_SYMBOLS,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -74,6 +90,9 @@ impl KernelSymbols {
     /// the nearest one at or below, if the next symbol of any kind starts
     /// above `addr` (an address past a symbol's end belongs to the next).
     pub fn lookup(&self, addr: u64, kind: SymbolKind) -> Option<(&str, u64)> {
+        if kind == SymbolKind::Data && !self.has_data {
+            return None;
+        }
         let at = self.symbols.partition_point(|(a, _, _)| *a <= addr);
         let (start, found, name) = *self.symbols.get(at.checked_sub(1)?)?;
         if found != kind {
@@ -83,7 +102,9 @@ impl KernelSymbols {
             .symbols
             .get(at)
             .map_or(start.saturating_add(LAST_SYMBOL_SPAN), |(next, _, _)| *next);
-        (addr < end).then(|| (&*self.names[name as usize], addr - start))
+        let offset = addr - start;
+        let near = kind == SymbolKind::Code || offset < DATA_SPAN;
+        (addr < end && near).then(|| (&*self.names[name as usize], offset))
     }
 
     /// `name+0xoff` (`name` alone at offset 0), or None outside any symbol of `kind`.
@@ -114,10 +135,24 @@ mod tests {
         ffffffff82000040 b tasklist_lock\n\
         ffffffffc0001000 t mod_fn\t[some_module]\n";
 
+    /// KALLSYMS and, far above it, the many data symbols of a kernel with
+    /// `CONFIG_KALLSYMS_ALL`.
+    fn with_all_symbols() -> KernelSymbols {
+        let mut text = KALLSYMS.to_owned();
+        for i in 0..MIN_DATA_SYMBOLS as u64 {
+            text.push_str(&format!("{:x} d filler_{i}\n", 0xffffffff90000000u64 + i * 64));
+        }
+        KernelSymbols::parse(&text)
+    }
+
     #[test]
     fn code_and_data_addresses_name_their_symbol() {
-        let syms = KernelSymbols::parse(KALLSYMS);
-        assert_eq!(syms.len(), 6, "per-CPU offsets and absolute symbols are left out");
+        let syms = with_all_symbols();
+        assert_eq!(
+            syms.len(),
+            6 + MIN_DATA_SYMBOLS,
+            "per-CPU offsets and absolute symbols are left out"
+        );
         assert_eq!(syms.frame(0xffffffff81234560), "anon_pipe_write");
         assert_eq!(syms.frame(0xffffffff812345b0), "anon_pipe_write+0x50");
         assert_eq!(syms.frame(0xffffffff81234901), "anon_pipe_read+0x1");
@@ -134,7 +169,7 @@ mod tests {
 
     #[test]
     fn addresses_outside_a_symbol_of_that_kind_are_not_named() {
-        let syms = KernelSymbols::parse(KALLSYMS);
+        let syms = with_all_symbols();
         // A code address is not a data symbol, a data one not a frame.
         assert_eq!(syms.name(0xffffffff81234570, SymbolKind::Data), None);
         assert_eq!(syms.frame(0xffffffff82000010), "0xffffffff82000010");
@@ -143,5 +178,16 @@ mod tests {
         assert_eq!(syms.name(0xffffffffc0100000, SymbolKind::Code), None);
         // Read without privilege, every address is 0.
         assert!(KernelSymbols::parse("0000000000000000 T _stext\n").is_empty());
+        // Far into a data symbol: a gap kallsyms does not list.
+        assert_eq!(syms.name(0xffffffff82000040 + DATA_SPAN, SymbolKind::Data), None);
+    }
+
+    /// Without `CONFIG_KALLSYMS_ALL` (this project's development host) the
+    /// few data symbols are section markers: nothing is named after them.
+    #[test]
+    fn a_kernel_without_data_symbols_names_no_static_lock() {
+        let syms = KernelSymbols::parse(KALLSYMS);
+        assert_eq!(syms.name(0xffffffff82000008, SymbolKind::Data), None);
+        assert_eq!(syms.frame(0xffffffff812345b0), "anon_pipe_write+0x50");
     }
 }

@@ -5,7 +5,9 @@ pub mod class;
 pub mod naming;
 pub mod report;
 pub mod timing;
+pub mod why;
 
 pub use class::{ClassSet, LockClass, class_label};
 pub use report::{ClassTotal, LockRow, MapFill, ProgramStats, Snapshot, SortKey, TraceReport, sort_rows};
 pub use timing::{PERCENTILE_RESOLUTION, Timing};
+pub use why::{HolderState, OwnerRow};

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     class::LockClass,
     timing::{PERCENTILE_RESOLUTION, Timing},
+    why::{HolderState, OwnerRow},
 };
 
 /// One traced lock.
@@ -36,6 +37,12 @@ pub struct LockRow {
     pub wait: Option<Timing>,
     /// None where hold time is not measured (tracepoint mode).
     pub hold: Option<Timing>,
+    /// Pipe mutex: every owner its waiters found, most wait caused first.
+    #[serde(default)]
+    pub owners: Vec<OwnerRow>,
+    /// What those owners were doing while waited for (None: not measured).
+    #[serde(flatten)]
+    pub holder: HolderState,
 }
 
 /// Per-class totals.
@@ -228,6 +235,8 @@ pub(crate) mod tests {
             dropped: Some(2),
             wait: Timing::from_hist(&hist(&[100, 200, 4000])),
             hold: None,
+            owners: Vec::new(),
+            holder: HolderState::default(),
         }];
         TraceReport {
             kernel: "6.18.44".into(),

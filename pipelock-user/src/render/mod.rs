@@ -3,9 +3,11 @@
 pub mod csv;
 pub mod histogram;
 pub mod text;
+pub mod why;
 
 pub use self::{
     csv::{CSV_COLUMNS, csv_block, to_csv},
     histogram::{render_histogram, render_histogram_width, render_histograms},
     text::{human_ns, render},
+    why::render_owners,
 };

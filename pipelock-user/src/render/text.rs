@@ -80,6 +80,7 @@ pub fn render(report: &TraceReport, top: usize) -> String {
                 report.locks.len() - top
             ));
         }
+        out.push_str(&super::why::render_owners(report, top));
     }
     out.push_str("\nper class:\n");
     for t in &report.totals {

@@ -5,7 +5,12 @@ use std::collections::{HashMap, VecDeque};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use crate::model::{LockRow, MapFill, ProgramStats, Snapshot, Timing, TraceReport, class_label};
+use crate::model::{
+    HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Snapshot, Timing, TraceReport, class_label,
+};
+
+/// Owners per row kept for the detail pane.
+const OWNERS_KEPT: usize = 3;
 
 /// Intervals of history kept per lock (the detail pane's sparkline).
 pub const HISTORY: usize = 120;
@@ -36,6 +41,10 @@ pub struct TopRow {
     pub total_contentions: u64,
     pub total_wait: Option<Timing>,
     pub total_hold: Option<Timing>,
+    /// Since start: who owned the lock when its waits began, busiest first,
+    /// and what the owners were doing meanwhile.
+    pub owners: Vec<OwnerRow>,
+    pub holder: HolderState,
 }
 
 /// Table order; `s` cycles through them, largest first.
@@ -320,6 +329,8 @@ fn join_rows(interval: &TraceReport, total: &TraceReport, seconds: f64) -> Vec<T
                 total_contentions: t.contentions,
                 total_wait: t.wait.clone(),
                 total_hold: t.hold.clone(),
+                owners: t.owners.iter().take(OWNERS_KEPT).cloned().collect(),
+                holder: t.holder,
             }
         })
         .collect()

@@ -6,7 +6,8 @@ use pipelock_common::Histogram;
 
 use super::app::{App, Sample};
 use crate::model::{
-    LockClass, LockRow, MapFill, PERCENTILE_RESOLUTION, ProgramStats, Snapshot, Timing, TraceReport,
+    HolderState, LockClass, LockRow, MapFill, OwnerRow, PERCENTILE_RESOLUTION, ProgramStats, Snapshot,
+    Timing, TraceReport,
 };
 
 pub fn key(code: KeyCode) -> KeyEvent {
@@ -39,6 +40,8 @@ fn row(addr: u64, class: LockClass, name: &str, contentions: u64, wait: &[u64]) 
         dropped: Some(0),
         wait: timing(wait),
         hold: timing(&[100, 200]),
+        owners: Vec::new(),
+        holder: Default::default(),
     }
 }
 
@@ -73,13 +76,31 @@ pub fn app_with(n: u64) -> App {
             } else {
                 LockClass::PipeRdWait
             };
-            row(
+            let mut row = row(
                 i,
                 class,
                 &format!("pipe:[{}]", 1000 + i),
                 10 * i,
                 &[i * 100, i * 1000],
-            )
+            );
+            if class == LockClass::PipeMutex {
+                let holder = HolderState {
+                    holder_on_cpu_ns: Some(100),
+                    holder_runnable_ns: Some(0),
+                    holder_sleeping_ns: Some(900),
+                };
+                row.owners = vec![OwnerRow {
+                    tid: 4242,
+                    pid: Some(4242),
+                    comm: Some("writer".into()),
+                    waits: 2,
+                    wait_ns: 1000,
+                    wait_max_ns: 900,
+                    holder,
+                }];
+                row.holder = holder;
+            }
+            row
         })
         .collect();
     let mut app = App::new("6.12.117".into(), "fentry".into(), Vec::new(), 1.0);

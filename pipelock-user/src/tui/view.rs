@@ -269,12 +269,17 @@ fn draw_detail(frame: &mut Frame, area: Rect, app: &App) {
     ));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let [wait, hold, trend] = Layout::horizontal([
-        Constraint::Percentage(40),
-        Constraint::Percentage(40),
-        Constraint::Percentage(20),
+    let [wait, hold, right] = Layout::horizontal([
+        Constraint::Percentage(35),
+        Constraint::Percentage(35),
+        Constraint::Percentage(30),
     ])
     .areas(inner);
+    let owners = if row.owners.is_empty() { 0 } else { 5 };
+    let [held_by, trend] = Layout::vertical([Constraint::Length(owners), Constraint::Min(2)]).areas(right);
+    if owners > 0 {
+        frame.render_widget(Paragraph::new(owner_lines(row)), held_by);
+    }
     let histogram = |title: &str, t: Option<&Timing>, area: Rect| {
         let bar = usize::from(area.width.saturating_sub(36)).clamp(4, 40);
         let text = match t {
@@ -302,6 +307,26 @@ fn draw_detail(frame: &mut Frame, area: Rect, app: &App) {
             .data(shown),
         trend,
     );
+}
+
+/// "held by": the lock's busiest owners and what they were doing.
+fn owner_lines(row: &TopRow) -> Vec<Line<'static>> {
+    let states = |h: &crate::model::HolderState| {
+        h.percentages().map_or_else(
+            || "state n/a".to_owned(),
+            |[cpu, runnable, sleep]| format!("cpu {cpu:.0}% run {runnable:.0}% sleep {sleep:.0}%"),
+        )
+    };
+    let mut lines = vec![Line::from(format!("held by (owners: {})", states(&row.holder)))];
+    for owner in &row.owners {
+        lines.push(Line::from(format!(
+            "{} {} · {}",
+            owner.label(),
+            human_ns(owner.wait_ns),
+            states(&owner.holder)
+        )));
+    }
+    lines
 }
 
 fn footer_line(app: &App) -> Line<'static> {
@@ -387,6 +412,11 @@ mod tests {
         assert!(text.contains("hold since start (2 samples)"), "{text}");
         assert!(text.contains("256 -> 511"), "log2 bucket lines: {text}");
         assert!(text.contains("contended per interval"), "{text}");
+        assert!(
+            text.contains("held by (owners: cpu 10% run 0% sleep 90%)"),
+            "{text}"
+        );
+        assert!(text.contains("writer(4242) 1.00 us"), "{text}");
     }
 
     #[test]

@@ -7,7 +7,10 @@ use pipelock_common::{
 };
 
 use super::calls::{PIPE_PENDING, adopt_pipe, current_state, which_lock};
-use crate::maps::{LOCK_INFO, bump, config, record, stats_of};
+use crate::{
+    maps::{LOCK_INFO, bump, config, record, stats_of},
+    probes::holder::{mutex_owner, name_task, owners_wanted, record_owner, unwatch, watch},
+};
 
 pub(super) const CLASSES: [u32; COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
 
@@ -46,7 +49,43 @@ pub(super) fn mutex_lock_call(lock: u64) {
     state.wait_ns[index] = 0;
     state.contended[index] = 0;
     state.flags_and[index] = u32::MAX;
+    forget_owner(state, index / COUNT);
     register(state, index, lock);
+}
+
+/// A contended mutex acquisition of the call's pipe `pipe`: who owns the
+/// mutex, and (from now) what it is doing. Read again at a later begin of
+/// the same wait if the first found the mutex between two owners.
+#[inline(always)]
+pub(super) fn mutex_contended(state: &mut TaskPipe, pipe: usize, lock: u64) {
+    let cfg = config();
+    if pipe >= PIPES || state.owner_tid[pipe] != 0 || !owners_wanted(cfg) {
+        return;
+    }
+    let Some((task, tid)) = mutex_owner(cfg, lock) else {
+        return;
+    };
+    state.owner_tid[pipe] = tid;
+    if state.named_owner != tid {
+        name_task(cfg, task, tid);
+        state.named_owner = tid;
+    }
+    if let Some(clock) = watch(cfg, task, now()) {
+        state.owner_task[pipe] = task;
+        state.holder_at_start[pipe] = clock;
+    }
+}
+
+/// A wait that did not end where it is seen ending stops watching its owner.
+#[inline(always)]
+fn forget_owner(state: &mut TaskPipe, pipe: usize) {
+    if pipe < PIPES && state.owner_task[pipe] != 0 {
+        let _ = unwatch(state.owner_task[pipe], &state.holder_at_start[pipe], 0);
+    }
+    if pipe < PIPES {
+        state.owner_task[pipe] = 0;
+        state.owner_tid[pipe] = 0;
+    }
 }
 
 /// A contended mutex acquisition ends: the hold starts now.
@@ -66,9 +105,24 @@ pub(super) fn mutex_contention_end(lock: u64) {
         return;
     }
     let at = now();
-    state.wait_ns[index] = at - state.wait_start[index];
+    let wait_ns = at - state.wait_start[index];
+    state.wait_ns[index] = wait_ns;
     state.wait_start[index] = 0;
     state.hold_start[index] = at;
+    let pipe = index / COUNT;
+    if pipe < PIPES && owners_wanted(config()) {
+        let split = match state.owner_task[pipe] {
+            0 => None,
+            task => unwatch(task, &state.holder_at_start[pipe], at),
+        };
+        let key = LockKey {
+            lock,
+            owner: state.ino[pipe],
+        };
+        record_owner(key, state.owner_tid[pipe], wait_ns, split);
+        state.owner_task[pipe] = 0;
+        state.owner_tid[pipe] = 0;
+    }
 }
 
 #[inline(always)]

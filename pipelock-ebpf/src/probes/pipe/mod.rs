@@ -24,14 +24,17 @@ use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
-use pipelock_common::pipe_lock::SLOTS;
+use pipelock_common::pipe_lock::{self, COUNT, SLOTS};
 
 use self::{
     calls::{
         current_state, enter_pipe_call, enter_splice_call, enter_vmsplice, leave_pipe_call, pipe_freed,
         which_lock,
     },
-    locks::{acquired, acquired_pending, lock_call, mutex_contention_end, mutex_lock_call, released},
+    locks::{
+        acquired, acquired_pending, lock_call, mutex_contended, mutex_contention_end, mutex_lock_call,
+        released,
+    },
 };
 use crate::maps::config;
 
@@ -127,6 +130,9 @@ pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
     {
         state.contended[index] = 1;
         state.flags_and[index] &= flags;
+        if index % COUNT == pipe_lock::MUTEX {
+            mutex_contended(state, index / COUNT, lock);
+        }
     }
     0
 }

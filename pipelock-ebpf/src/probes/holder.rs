@@ -1,0 +1,213 @@
+//! Who made a waiter wait, and what that owner was doing meanwhile.
+//!
+//! A contended mutex names its owner (`mutex->owner`, flag bits masked off,
+//! the source `perf lock contention -o` reads). While at least one waiter
+//! waits for it, the owner is *watched*: `sched_switch` and `sched_waking`
+//! keep its [`HolderClock`] (time on a CPU, runnable, sleeping). The waiter
+//! reads the clock when its wait starts and when it ends; the difference
+//! splits its wait by the owner's state. Nobody waiting: the scheduler
+//! programs return after one array read.
+use aya_ebpf::{bindings::BPF_NOEXIST, macros::btf_tracepoint, programs::BtfTracePointContext};
+use pipelock_common::{
+    DetailKey, Drop, HolderClock, LockKey, TaskName, TraceConfig, detail,
+    holder::{self, STATES},
+};
+
+use crate::maps::{TASK_NAMES, WATCHED, WATCHERS, atomic_add, bump, count_drop, detail_of, read};
+
+/// Whether waits are split by owner (the pipe-mutex class is traced).
+#[inline(always)]
+pub(crate) fn owners_wanted(cfg: &TraceConfig) -> bool {
+    cfg.details & (1 << detail::OWNER) != 0
+}
+
+/// The task owning the mutex at `lock` and its thread id.
+#[inline(always)]
+pub(crate) fn mutex_owner(cfg: &TraceConfig, lock: u64) -> Option<(u64, u32)> {
+    let task = read::<u64>(lock + cfg.mutex_owner as u64)? & !7;
+    if task == 0 {
+        return None;
+    }
+    Some((task, read::<u32>(task + cfg.task_pid as u64)?))
+}
+
+/// Records a thread's process and name once (owner and per-task rows).
+#[inline(always)]
+pub(crate) fn name_task(cfg: &TraceConfig, task: u64, tid: u32) {
+    // SAFETY: a lookup only.
+    if unsafe { TASK_NAMES.get(&tid) }.is_some() {
+        return;
+    }
+    let name = TaskName {
+        tgid: read::<u32>(task + cfg.task_tgid as u64).unwrap_or(0),
+        _pad: 0,
+        comm: read::<[u8; 16]>(task + cfg.task_comm as u64).unwrap_or([0; 16]),
+    };
+    let _ = TASK_NAMES.insert(&tid, &name, BPF_NOEXIST as u64);
+}
+
+#[inline(always)]
+fn add_watcher(delta: u64) {
+    if let Some(count) = WATCHERS.get_ptr_mut(0) {
+        // SAFETY: the map's one value; every update is atomic.
+        unsafe { atomic_add(count, delta) };
+    }
+}
+
+/// One more waiter watches `task`: its clock at `now` (None: not watched,
+/// the map is full).
+#[inline(always)]
+pub(crate) fn watch(cfg: &TraceConfig, task: u64, now: u64) -> Option<[u64; STATES]> {
+    let found = WATCHED.get_ptr_mut(&task).or_else(|| {
+        // What it is doing now; from here on the scheduler programs say.
+        let on_cpu = read::<u32>(task + cfg.task_on_cpu as u64).unwrap_or(0);
+        let state = read::<u32>(task + cfg.task_state as u64).unwrap_or(0);
+        let clock = HolderClock {
+            waiters: 0,
+            state: if on_cpu != 0 {
+                holder::ON_CPU
+            } else if state == 0 {
+                holder::RUNNABLE
+            } else {
+                holder::SLEEPING
+            } as u32,
+            _pad: 0,
+            since_ns: now,
+            total_ns: [0; STATES],
+        };
+        // Another CPU may insert it meanwhile: then that one is used.
+        let _ = WATCHED.insert(&task, &clock, BPF_NOEXIST as u64);
+        WATCHED.get_ptr_mut(&task)
+    });
+    let Some(clock) = found else {
+        count_drop(Drop::WatchFull);
+        return None;
+    };
+    add_watcher(1);
+    // SAFETY: a live map value; the count is only changed atomically.
+    unsafe {
+        bump(&mut (*clock).waiters, 1);
+        Some((*clock).at(now))
+    }
+}
+
+/// A waiter stops watching `task`: the owner's time in each state since
+/// the waiter's `start` (None: the entry went, no split).
+#[inline(always)]
+pub(crate) fn unwatch(task: u64, start: &[u64; STATES], now: u64) -> Option<[u64; STATES]> {
+    let clock = WATCHED.get_ptr_mut(&task)?;
+    add_watcher(u64::MAX);
+    // SAFETY: a live map value (see `watch`).
+    let (times, last) = unsafe {
+        bump(&mut (*clock).waiters, u64::MAX);
+        ((*clock).at(now), (*clock).waiters == 0)
+    };
+    // Two waiters ending at once may both see 0: the second remove fails.
+    if last {
+        let _ = WATCHED.remove(&task);
+    }
+    let mut since = [0; STATES];
+    for state in 0..STATES {
+        since[state] = times[state].saturating_sub(start[state]);
+    }
+    Some(since)
+}
+
+/// Adds one contended wait of `ns` to `lock`'s row of owner `tid`, with
+/// the owner's state split (clamped to the wait: the clock's parts are read
+/// without a lock).
+#[inline(always)]
+pub(crate) fn record_owner(lock: LockKey, tid: u32, ns: u64, split: Option<[u64; STATES]>) {
+    let key = DetailKey {
+        lock,
+        kind: detail::OWNER,
+        id: tid,
+    };
+    let Some(stats) = detail_of(&key) else {
+        return;
+    };
+    // SAFETY: a live map value; every update of it is atomic.
+    let stats = unsafe { &mut *stats };
+    bump(&mut stats.contentions, 1);
+    bump(&mut stats.wait_ns, ns);
+    if ns > stats.wait_max_ns {
+        stats.wait_max_ns = ns;
+    }
+    if let Some(split) = split {
+        let mut left = ns;
+        for state in 0..STATES {
+            let part = if split[state] < left { split[state] } else { left };
+            left -= part;
+            bump(&mut stats.holder_ns[state], part);
+        }
+    }
+}
+
+#[inline(always)]
+fn enter(clock: *mut HolderClock, state: usize, now: u64) {
+    // SAFETY: a live map value. Only the task's own switches and its
+    // wake-up change it, one after the other.
+    let clock = unsafe { &mut *clock };
+    if clock.state as usize == state {
+        return;
+    }
+    if let Some(total) = clock.total_ns.get_mut(clock.state as usize) {
+        *total += now.saturating_sub(clock.since_ns);
+    }
+    clock.state = state as u32;
+    clock.since_ns = now;
+}
+
+#[inline(always)]
+fn anyone_watching() -> bool {
+    WATCHERS.get(0).copied().unwrap_or(0) != 0
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() }
+}
+
+/// sched_switch(bool preempt, struct task_struct *prev, struct task_struct
+/// *next, unsigned int prev_state): a preempted task, or one that switched
+/// out still `TASK_RUNNING`, is runnable; any other state is a sleep.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn holder_switch(ctx: BtfTracePointContext) -> i32 {
+    if !anyone_watching() {
+        return 0;
+    }
+    let (preempt, prev, next, prev_state): (u64, u64, u64, u64) =
+        (ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3));
+    // Each lookup on its own: the verifier refuses the `or` of two map
+    // pointers that a shared "neither found" test compiles to.
+    if let Some(clock) = WATCHED.get_ptr_mut(&prev) {
+        let runnable = preempt & 0xff != 0 || prev_state as u32 == 0;
+        let state = if runnable {
+            holder::RUNNABLE
+        } else {
+            holder::SLEEPING
+        };
+        enter(clock, state, now());
+    }
+    if let Some(clock) = WATCHED.get_ptr_mut(&next) {
+        enter(clock, holder::ON_CPU, now());
+    }
+    0
+}
+
+/// sched_waking(struct task_struct *p): a sleeping owner is runnable again.
+#[btf_tracepoint(function = "sched_waking")]
+pub fn holder_waking(ctx: BtfTracePointContext) -> i32 {
+    if !anyone_watching() {
+        return 0;
+    }
+    let task: u64 = ctx.arg(0);
+    if let Some(clock) = WATCHED.get_ptr_mut(&task) {
+        // SAFETY: a live map value.
+        if unsafe { (*clock).state } as usize == holder::SLEEPING {
+            enter(clock, holder::RUNNABLE, now());
+        }
+    }
+    0
+}

@@ -1,0 +1,120 @@
+//! The report's "who made them wait" section: per shown lock with owners,
+//! its busiest owners and what they were doing while waited for.
+use super::text::human_ns;
+use crate::model::{LockRow, TraceReport};
+
+/// Owners listed under each lock.
+const OWNERS_SHOWN: usize = 3;
+
+/// The section for the first `top` rows that have owners ("" if none has).
+pub fn render_owners(report: &TraceReport, top: usize) -> String {
+    let rows: Vec<&LockRow> = report
+        .locks
+        .iter()
+        .take(top)
+        .filter(|r| !r.owners.is_empty())
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nwho held them (pipe mutex: its owner when a wait began, like `perf lock contention -o`; \
+         what the owner was doing meanwhile):\n",
+    );
+    for row in rows {
+        let waits: u64 = row.owners.iter().map(|o| o.waits).sum();
+        let known: u64 = row.owners.iter().filter(|o| o.tid != 0).map(|o| o.wait_ns).sum();
+        let all: u64 = row.owners.iter().map(|o| o.wait_ns).sum();
+        out.push_str(&format!(
+            "  {}  {} waits, {} of wait; owner read for {:.0} % of it",
+            row.name,
+            waits,
+            human_ns(all),
+            percent(known, all)
+        ));
+        match row.holder.summary() {
+            Some(states) => out.push_str(&format!("; owners {states}\n")),
+            None => out.push_str("; owners' state n/a\n"),
+        }
+        for owner in row.owners.iter().take(OWNERS_SHOWN) {
+            let states = owner
+                .holder
+                .summary()
+                .map_or_else(String::new, |s| format!("  ({s})"));
+            out.push_str(&format!(
+                "    {:<28} {:>8} waits  {:>10}  max {:>10}{states}\n",
+                owner.label(),
+                owner.waits,
+                human_ns(owner.wait_ns),
+                human_ns(owner.wait_max_ns),
+            ));
+        }
+        if row.owners.len() > OWNERS_SHOWN {
+            out.push_str(&format!(
+                "    (+{} more owners; all are in --json)\n",
+                row.owners.len() - OWNERS_SHOWN
+            ));
+        }
+    }
+    out
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{HolderState, OwnerRow, report::tests::sample};
+
+    #[test]
+    fn owners_are_listed_under_their_lock_with_what_they_did() {
+        let mut report = sample();
+        assert_eq!(render_owners(&report, 20), "", "no owners: no section");
+        let owner = |tid, waits, wait_ns, sleeping| OwnerRow {
+            tid,
+            pid: Some(tid),
+            comm: Some("writer".to_owned()),
+            waits,
+            wait_ns,
+            wait_max_ns: wait_ns,
+            holder: HolderState {
+                holder_on_cpu_ns: Some(wait_ns - sleeping),
+                holder_runnable_ns: Some(0),
+                holder_sleeping_ns: Some(sleeping),
+            },
+        };
+        report.locks[0].owners = vec![
+            owner(77, 2, 100_000_000, 95_000_000),
+            OwnerRow {
+                tid: 0,
+                pid: None,
+                comm: None,
+                holder: HolderState::default(),
+                ..owner(0, 1, 25_000_000, 0)
+            },
+        ];
+        report.locks[0].holder = HolderState {
+            holder_on_cpu_ns: Some(5_000_000),
+            holder_runnable_ns: Some(0),
+            holder_sleeping_ns: Some(95_000_000),
+        };
+        let text = render_owners(&report, 20);
+        assert!(
+            text.contains("pipe:[4242]  3 waits, 125.00 ms of wait; owner read for 80 % of it; owners on-CPU 5 % / runnable 0 % / sleeping 95 %"),
+            "{text}"
+        );
+        assert!(text.contains("writer(77)"), "{text}");
+        assert!(
+            text.contains("(on-CPU 5 % / runnable 0 % / sleeping 95 %)"),
+            "{text}"
+        );
+        assert!(text.contains("(no owner: being released)"), "{text}");
+        assert_eq!(render_owners(&report, 0), "", "--top 0 shows no lock");
+    }
+}

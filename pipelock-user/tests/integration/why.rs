@@ -1,0 +1,458 @@
+//! Why a waiter waited, checked on workloads whose answer is known: a
+//! holder that sleeps with the pipe mutex held (a page fault that
+//! userfaultfd resolves 50 ms later) and a holder preempted by a real-time
+//! task on its CPU. The owner each waiter found, and what that owner was
+//! doing, must say so.
+use std::{
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use super::*;
+
+const PAGE: usize = 4096;
+/// How long the userfaultfd handler leaves the holder in its page fault.
+const FAULT_MS: u64 = 50;
+
+// linux/userfaultfd.h: _IOWR(0xAA, nr, struct) for UFFDIO_API (0x3F),
+// UFFDIO_REGISTER (0x00) and UFFDIO_COPY (0x03).
+const UFFDIO_API: libc::c_ulong = 0xC018_AA3F;
+const UFFDIO_REGISTER: libc::c_ulong = 0xC020_AA00;
+const UFFDIO_COPY: libc::c_ulong = 0xC028_AA03;
+const UFFD_API: u64 = 0xAA;
+const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
+const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+
+fn thread_id() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+fn pin_to(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t filled by CPU_SET.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        ensure!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) == 0,
+            "sched_setaffinity(CPU {cpu}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+fn new_pipe() -> Result<(OwnedFd, OwnedFd, u64)> {
+    let ([read, write], ino) = pipe_with_inode()?;
+    // SAFETY: just created, owned here alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(read), OwnedFd::from_raw_fd(write), ino) })
+}
+
+fn write_all(fd: i32, buf: *const u8, len: usize) -> Result<()> {
+    // SAFETY: the caller's buffer of `len` bytes (it may fault: that is the point).
+    let done = unsafe { libc::write(fd, buf.cast(), len) };
+    ensure!(
+        done == len as isize,
+        "write: {done} of {len}: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
+}
+
+/// One anonymous page registered with a new userfaultfd (missing mode).
+struct FaultingPage {
+    uffd: OwnedFd,
+    page: *mut u8,
+}
+
+// SAFETY: the page is only touched through syscalls (write, UFFDIO_COPY, madvise).
+unsafe impl Send for FaultingPage {}
+unsafe impl Sync for FaultingPage {}
+
+impl FaultingPage {
+    fn new() -> Result<Self> {
+        // SAFETY: plain syscalls; every result is checked.
+        unsafe {
+            let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) as i32;
+            ensure!(fd >= 0, "userfaultfd: {}", std::io::Error::last_os_error());
+            let uffd = OwnedFd::from_raw_fd(fd);
+            let mut api = [UFFD_API, 0, 0];
+            ensure!(
+                libc::ioctl(fd, UFFDIO_API, api.as_mut_ptr()) == 0,
+                "UFFDIO_API: {}",
+                std::io::Error::last_os_error()
+            );
+            let page = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            ensure!(
+                page != libc::MAP_FAILED,
+                "mmap: {}",
+                std::io::Error::last_os_error()
+            );
+            let mut register = [page as u64, PAGE as u64, UFFDIO_REGISTER_MODE_MISSING, 0];
+            ensure!(
+                libc::ioctl(fd, UFFDIO_REGISTER, register.as_mut_ptr()) == 0,
+                "UFFDIO_REGISTER: {}",
+                std::io::Error::last_os_error()
+            );
+            Ok(Self {
+                uffd,
+                page: page.cast(),
+            })
+        }
+    }
+
+    /// Blocks until something faults on the page.
+    fn wait_for_fault(&self) -> Result<()> {
+        let mut msg = [0u8; 32];
+        // SAFETY: a 32-byte buffer for one `struct uffd_msg`.
+        let got = unsafe { libc::read(self.uffd.as_raw_fd(), msg.as_mut_ptr().cast(), msg.len()) };
+        ensure!(
+            got == 32 && msg[0] == UFFD_EVENT_PAGEFAULT,
+            "userfaultfd read {got} bytes, event {:#x}",
+            msg[0]
+        );
+        Ok(())
+    }
+
+    /// Fills the page, which wakes the faulting thread.
+    fn resolve(&self, source: &[u8; PAGE]) -> Result<()> {
+        let mut copy = [self.page as u64, source.as_ptr() as u64, PAGE as u64, 0, 0];
+        // SAFETY: UFFDIO_COPY of one page from a live buffer.
+        let done = unsafe { libc::ioctl(self.uffd.as_raw_fd(), UFFDIO_COPY, copy.as_mut_ptr()) };
+        ensure!(done == 0, "UFFDIO_COPY: {}", std::io::Error::last_os_error());
+        Ok(())
+    }
+
+    /// Empties the page again, so the next touch faults.
+    fn forget(&self) -> Result<()> {
+        // SAFETY: our own mapping.
+        let done = unsafe { libc::madvise(self.page.cast(), PAGE, libc::MADV_DONTNEED) };
+        ensure!(done == 0, "madvise: {}", std::io::Error::last_os_error());
+        Ok(())
+    }
+}
+
+/// Helper mode: `integration --uffd-holder ROUNDS FILE` writes "INO TID"
+/// (the pipe, the holder thread) to FILE, then ROUNDS times: the holder
+/// writes a page into the pipe from a userfaultfd-registered buffer, so
+/// `pipe_write` faults with the pipe mutex held; once the fault is in, two
+/// writers write to the same pipe (they wait for the mutex); the handler
+/// resolves the fault 50 ms after it arrived; the pipe is drained.
+pub(super) fn uffd_holder(args: &[String]) -> ! {
+    let run = || -> Result<()> {
+        let rounds: u32 = args.first().context("ROUNDS")?.parse()?;
+        let (read, write, ino) = new_pipe()?;
+        let page = Arc::new(FaultingPage::new()?);
+        let (fd, page_addr) = (write.as_raw_fd(), page.page as usize);
+        // holder → main: its thread id; main → holder: go; holder: done.
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || -> Result<()> {
+            tid_tx.send(thread_id())?;
+            while go_rx.recv().is_ok() {
+                done_tx.send(write_all(fd, page_addr as *const u8, PAGE))?;
+            }
+            Ok(())
+        });
+        let holder_tid = tid_rx.recv()?;
+        fs::write(args.get(1).context("FILE")?, format!("{ino} {holder_tid}"))?;
+        let fill = [b'u'; PAGE];
+        let mut drain = vec![0u8; 4 * PAGE];
+        for _ in 0..rounds {
+            page.forget()?;
+            go_tx.send(())?;
+            page.wait_for_fault()?;
+            let faulted = Instant::now();
+            // The holder sleeps in its fault with the mutex held: these wait.
+            let writers: Vec<_> = (0..2)
+                .map(|_| std::thread::spawn(move || write_all(fd, [b'w'; PAGE].as_ptr(), PAGE)))
+                .collect();
+            std::thread::sleep(Duration::from_millis(FAULT_MS).saturating_sub(faulted.elapsed()));
+            page.resolve(&fill)?;
+            done_rx.recv()??;
+            for writer in writers {
+                writer
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a writer panicked"))??;
+            }
+            let mut left = 3 * PAGE;
+            while left > 0 {
+                // SAFETY: our pipe and buffer.
+                let got = unsafe { libc::read(read.as_raw_fd(), drain.as_mut_ptr().cast(), left) };
+                ensure!(got > 0, "read: {}", std::io::Error::last_os_error());
+                left -= got as usize;
+            }
+        }
+        drop(go_tx);
+        holder
+            .join()
+            .map_err(|_| anyhow::anyhow!("the holder panicked"))??;
+        Ok(())
+    };
+    std::process::exit(match run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("uffd-holder: {e:#}");
+            1
+        }
+    })
+}
+
+/// How long the real-time task keeps the woken holder off its CPU.
+const HOG_MS: u64 = 50;
+
+fn become_realtime() -> Result<()> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: this thread's own policy.
+    let set = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    ensure!(set == 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
+    Ok(())
+}
+
+/// Helper mode: `integration --preempted-holder ROUNDS FILE` writes "INO
+/// TID" (the pipe, the holder) to FILE, then ROUNDS times: the holder,
+/// pinned to CPU 0, faults in `pipe_write` with the mutex held (as in
+/// `--uffd-holder`); two writers on CPU 1 wait for it; 2 ms later a
+/// SCHED_FIFO task pinned to CPU 0 starts spinning for 50 ms, and the fault
+/// is resolved: the holder is woken with the mutex held but cannot run
+/// until the real-time task lets go of its CPU. That is lock-holder
+/// preemption as the waiters see it, made certain: a CPU-bound holder
+/// inside `pipe_write` is only preempted at a preemption point, and kernels
+/// built with `PREEMPT_NONE` (this project's development host) have almost
+/// none there.
+pub(super) fn preempted_holder(args: &[String]) -> ! {
+    let run = || -> Result<()> {
+        let rounds: u32 = args.first().context("ROUNDS")?.parse()?;
+        pin_to(1)?;
+        let (read, write, ino) = new_pipe()?;
+        let page = Arc::new(FaultingPage::new()?);
+        let (fd, page_addr) = (write.as_raw_fd(), page.page as usize);
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || -> Result<()> {
+            pin_to(0)?;
+            tid_tx.send(thread_id())?;
+            while go_rx.recv().is_ok() {
+                done_tx.send(write_all(fd, page_addr as *const u8, PAGE))?;
+            }
+            Ok(())
+        });
+        let (hog_tx, hog_rx) = std::sync::mpsc::channel::<()>();
+        let (spinning_tx, spinning_rx) = std::sync::mpsc::channel();
+        let hog = std::thread::spawn(move || -> Result<()> {
+            pin_to(0)?;
+            become_realtime()?;
+            while hog_rx.recv().is_ok() {
+                spinning_tx.send(())?;
+                let spin = Instant::now();
+                while spin.elapsed() < Duration::from_millis(HOG_MS) {
+                    std::hint::spin_loop();
+                }
+            }
+            Ok(())
+        });
+        let holder_tid = tid_rx.recv()?;
+        fs::write(args.get(1).context("FILE")?, format!("{ino} {holder_tid}"))?;
+        let fill = [b'p'; PAGE];
+        let mut drain = vec![0u8; 4 * PAGE];
+        for _ in 0..rounds {
+            page.forget()?;
+            go_tx.send(())?;
+            page.wait_for_fault()?;
+            let writers: Vec<_> = (0..2)
+                .map(|_| std::thread::spawn(move || write_all(fd, [b'w'; PAGE].as_ptr(), PAGE)))
+                .collect();
+            std::thread::sleep(Duration::from_millis(2));
+            hog_tx.send(())?;
+            spinning_rx.recv()?;
+            page.resolve(&fill)?;
+            done_rx.recv()??;
+            for writer in writers {
+                writer
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a writer panicked"))??;
+            }
+            let mut left = 3 * PAGE;
+            while left > 0 {
+                // SAFETY: our pipe and buffer.
+                let got = unsafe { libc::read(read.as_raw_fd(), drain.as_mut_ptr().cast(), left) };
+                ensure!(got > 0, "read: {}", std::io::Error::last_os_error());
+                left -= got as usize;
+            }
+        }
+        drop((go_tx, hog_tx));
+        holder
+            .join()
+            .map_err(|_| anyhow::anyhow!("the holder panicked"))??;
+        hog.join()
+            .map_err(|_| anyhow::anyhow!("the real-time task panicked"))??;
+        Ok(())
+    };
+    std::process::exit(match run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("preempted-holder: {e:#}");
+            1
+        }
+    })
+}
+
+/// The pipe-mutex row of pipe `ino` and, in it, owner `tid`.
+fn mutex_row_and_owner(
+    report: &serde_json::Value,
+    ino: u64,
+    tid: u64,
+) -> Result<(serde_json::Value, serde_json::Value)> {
+    let row = report["locks"]
+        .as_array()
+        .context("no locks")?
+        .iter()
+        .find(|l| l["class"] == "pipe-mutex" && l["pipe_ino"] == ino)
+        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", report["locks"]))?
+        .clone();
+    let owner = row["owners"]
+        .as_array()
+        .context("no owners")?
+        .iter()
+        .find(|o| o["tid"] == tid)
+        .with_context(|| format!("holder {tid} is not among the owners: {}", row["owners"]))?
+        .clone();
+    Ok((row, owner))
+}
+
+fn ns(value: &serde_json::Value, field: &str) -> Result<u64> {
+    value[field]
+        .as_u64()
+        .with_context(|| format!("{field} missing: {value}"))
+}
+
+/// (INO, TID) as a helper wrote them.
+fn ino_and_tid(facts: &str) -> Result<(u64, u64)> {
+    let mut words = facts.split_whitespace().map(str::parse::<u64>);
+    Ok((words.next().context("ino")??, words.next().context("tid")??))
+}
+
+/// The modes a holder test traces in: tracepoint mode where hooks cannot
+/// work (this host), fentry and tracepoint mode in the VMs (kprobe mode
+/// shares fentry's contention programs).
+fn why_modes() -> Result<std::result::Result<Vec<&'static str>, Outcome>> {
+    if let Some(skip) = cannot_load() {
+        return Ok(Err(skip));
+    }
+    if in_vm() {
+        return Ok(match mode_refusal("fentry")? {
+            Some(why) => Err(Outcome::Skipped(why)),
+            None => Ok(vec!["fentry", "tracepoint"]),
+        });
+    }
+    Ok(Ok(vec!["tracepoint"]))
+}
+
+/// A holder that sleeps 50 ms in a page fault with the pipe mutex held: the
+/// waits on that mutex last about 50 ms, the holder is their owner, and it
+/// slept through at least 80 % of them.
+pub(super) fn holder_sleeping_in_a_page_fault_is_seen_sleeping() -> Result<Outcome> {
+    match why_modes()? {
+        Ok(modes) => modes.into_iter().try_for_each(sleeping_holder_in)?,
+        Err(skip) => return Ok(skip),
+    }
+    Ok(Outcome::Passed)
+}
+
+fn sleeping_holder_in(mode: &str) -> Result<()> {
+    let rounds = 5;
+    let (report, facts) = trace_helper(
+        "uffd",
+        &["--mode", mode, "--class", "pipe-mutex"],
+        &["--uffd-holder", &rounds.to_string()],
+    )?;
+    let (ino, tid) = ino_and_tid(&facts)?;
+    let (row, owner) = mutex_row_and_owner(&report, ino, tid).with_context(|| mode.to_owned())?;
+    let waits = ns(&owner, "waits")?;
+    ensure!(
+        waits >= rounds && waits <= 2 * rounds,
+        "{waits} waits for the holder, want {rounds}..{} (two writers a round, one of which may find the \
+         other owning it): {owner}",
+        2 * rounds
+    );
+    let max = ns(&owner, "wait_max_ns")?;
+    let fault = FAULT_MS * 1_000_000;
+    ensure!(
+        max >= fault * 8 / 10 && max <= fault * 3,
+        "longest wait {max} ns, want ≈ {fault}: {owner}"
+    );
+    let (sleeping, total) = (
+        ns(&owner, "holder_sleeping_ns")?,
+        ns(&owner, "holder_on_cpu_ns")?
+            + ns(&owner, "holder_runnable_ns")?
+            + ns(&owner, "holder_sleeping_ns")?,
+    );
+    ensure!(
+        sleeping * 10 >= total * 8 && total > 0,
+        "the holder slept {sleeping} of {total} ns of the waits it caused, want ≥ 80 %: {owner}"
+    );
+    ensure!(
+        ns(&row, "holder_sleeping_ns")? >= sleeping,
+        "the row's sleeping time is at least its owner's: {row}"
+    );
+    println!(
+        "  {mode}: {waits} waits for the faulting holder, longest {:.1} ms, holder sleeping {:.0} % of them",
+        max as f64 / 1e6,
+        sleeping as f64 * 100.0 / total as f64
+    );
+    Ok(())
+}
+
+/// A holder woken with the mutex held while a SCHED_FIFO task keeps its
+/// CPU for 50 ms: the writers' waits for it are mostly spent with the
+/// holder runnable.
+pub(super) fn holder_preempted_by_a_realtime_task_is_seen_runnable() -> Result<Outcome> {
+    if std::thread::available_parallelism()?.get() < 2 {
+        return Ok(Outcome::Skipped(
+            "needs 2 CPUs (the holder's and the writers')".into(),
+        ));
+    }
+    match why_modes()? {
+        Ok(modes) => modes.into_iter().try_for_each(preempted_holder_in)?,
+        Err(skip) => return Ok(skip),
+    }
+    Ok(Outcome::Passed)
+}
+
+fn preempted_holder_in(mode: &str) -> Result<()> {
+    let rounds = 5;
+    let (report, facts) = trace_helper(
+        "preempted",
+        &["--mode", mode, "--class", "pipe-mutex"],
+        &["--preempted-holder", &rounds.to_string()],
+    )?;
+    let (ino, tid) = ino_and_tid(&facts)?;
+    let (_, owner) = mutex_row_and_owner(&report, ino, tid)?;
+    let (runnable, total) = (
+        ns(&owner, "holder_runnable_ns")?,
+        ns(&owner, "holder_on_cpu_ns")?
+            + ns(&owner, "holder_runnable_ns")?
+            + ns(&owner, "holder_sleeping_ns")?,
+    );
+    ensure!(
+        runnable * 10 >= total * 8 && total > 0,
+        "the holder was runnable for {runnable} of {total} ns of the waits it caused, want ≥ 80 %: {owner}"
+    );
+    println!(
+        "  {mode}: {} waits for the preempted holder, {:.1} ms in all, holder runnable {:.0} % of it",
+        ns(&owner, "waits")?,
+        total as f64 / 1e6,
+        runnable as f64 * 100.0 / total as f64
+    );
+    Ok(())
+}
