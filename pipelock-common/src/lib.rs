@@ -215,7 +215,17 @@ pub struct Pending {
     pub owner_tid: u32,
     pub owner_task: u64,
     pub holder_at_start: [u64; holder::STATES],
+    /// The waiter's call stack in `STACKS` ([`NO_STACK`]: none recorded).
+    pub stack_id: u32,
+    pub _pad: u32,
 }
+
+/// A stack id that names no stack (not recorded, or lost).
+pub const NO_STACK: u32 = u32::MAX;
+
+/// Frames `STACKS` keeps per call stack: the tracing and locking frames
+/// at its top, then the callers (`--stack-depth` of them are shown).
+pub const STACK_FRAMES: usize = 32;
 
 /// Waits one thread can have open at once: a mutex wait, the slow path's
 /// `wait_lock` spin inside it, and an interrupt's spin on top.
@@ -398,6 +408,8 @@ pub struct TaskPipe {
     pub contended: [u32; pipe_lock::SLOTS],
     /// AND of those begins' flags (`LCB_F_SPIN` kept: it only spun).
     pub flags_and: [u32; pipe_lock::SLOTS],
+    /// The lock call's stack in `STACKS` ([`NO_STACK`]: none).
+    pub stack_id: [u32; pipe_lock::SLOTS],
     /// Bit `1 << index`: that lock has its `LOCK_INFO` entry (bits 0..3 are
     /// kept across read/write calls on `noted_pipe`).
     pub registered: u32,

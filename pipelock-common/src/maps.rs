@@ -38,3 +38,6 @@ pub const WATCHED: &str = "WATCHED";
 pub const WATCHERS: &str = "WATCHERS";
 /// `LruHashMap<u32 tid, TaskName>`: owners' and waiters' names.
 pub const TASK_NAMES: &str = "TASK_NAMES";
+/// `StackTrace` (BTF map, [`crate::STACK_FRAMES`] frames): the kernel call
+/// stacks of waits (`--callers`); never emptied, ids stay valid.
+pub const STACKS: &str = "STACKS";

@@ -2,14 +2,18 @@
 //! that update them (statistics, identities, drops). Names are the ones in
 //! `pipelock_common::maps`.
 use aya_ebpf::{
+    EbpfContext,
     bindings::BPF_NOEXIST,
+    btf_maps::StackTrace,
     helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
-    macros::map,
+    macros::{btf_map, map},
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    programs::tracing::StackIdContext,
 };
 use pipelock_common::{
-    DetailKey, DetailStats, Drop, HolderClock, LockInfo, LockKey, LockStats, LockUser, TASK_SLOTS,
-    TaskLockref, TaskName, TaskPipe, TaskWaits, TraceConfig, hist_bucket, task_filter,
+    DetailKey, DetailStats, Drop, HolderClock, LockInfo, LockKey, LockStats, LockUser, NO_STACK,
+    STACK_FRAMES, TASK_SLOTS, TaskLockref, TaskName, TaskPipe, TaskWaits, TraceConfig, detail, hist_bucket,
+    task_filter,
 };
 
 /// Filled in by userspace at load time (`EbpfLoader::override_global`).
@@ -102,6 +106,11 @@ pub(crate) static WATCHED: HashMap<u64, HolderClock> = HashMap::with_max_entries
 /// (which run on every context switch) return before any lookup.
 #[map]
 pub(crate) static WATCHERS: Array<u64> = Array::with_max_entries(1, 0);
+/// Call stacks of waits (`--callers`): a few dozen distinct ones on a
+/// pipe-heavy system, so the map is never emptied and ids stay valid;
+/// userspace sizes it (`--stack-map-size`).
+#[btf_map]
+pub(crate) static STACKS: StackTrace<4096, 0, STACK_FRAMES> = StackTrace::new();
 /// Names of owners and waiters, by thread id (LRU: threads come and go).
 #[map]
 pub(crate) static TASK_NAMES: LruHashMap<u32, TaskName> = LruHashMap::with_max_entries(16384, 0);
@@ -284,6 +293,67 @@ pub(crate) fn detail_of(key: &DetailKey) -> Option<*mut DetailStats> {
         count_drop(Drop::DetailFull);
     }
     stats
+}
+
+/// The current call stack's id in `STACKS` if callers are recorded
+/// ([`NO_STACK`] otherwise, or when it could not be stored).
+#[inline(always)]
+pub(crate) fn stack_id<C: EbpfContext + StackIdContext>(cfg: &TraceConfig, ctx: &C) -> u32 {
+    if cfg.details & (1 << detail::CALLER) == 0 {
+        return NO_STACK;
+    }
+    match ctx.get_stackid(&STACKS, 0) {
+        Ok(id) => id as u32,
+        Err(_) => {
+            count_drop(Drop::StackLost);
+            NO_STACK
+        }
+    }
+}
+
+/// One acquisition (or contended wait) in a lock's part `kind`/`id`;
+/// the part, for what a caller adds.
+#[inline(always)]
+pub(crate) fn record_part(
+    lock: LockKey,
+    kind: u32,
+    id: u32,
+    acquired: bool,
+    contended: bool,
+    wait_ns: u64,
+    hold_ns: u64,
+) -> Option<&'static mut DetailStats> {
+    let part = detail_of(&DetailKey { lock, kind, id })?;
+    // SAFETY: a live map value; every update of it is atomic.
+    let part = unsafe { &mut *part };
+    if acquired {
+        bump(&mut part.acquisitions, 1);
+    }
+    if contended {
+        bump(&mut part.contentions, 1);
+    }
+    bump(&mut part.wait_ns, wait_ns);
+    if wait_ns > part.wait_max_ns {
+        part.wait_max_ns = wait_ns;
+    }
+    if hold_ns != 0 {
+        bump(&mut part.hold_ns, hold_ns);
+    }
+    Some(part)
+}
+
+/// Records the current thread's names (per-task rows), once per slot owner.
+#[inline(always)]
+pub(crate) fn name_current(cfg: &TraceConfig, pid_tgid: u64) {
+    if cfg.details & (1 << detail::TASK) == 0 {
+        return;
+    }
+    let name = TaskName {
+        tgid: (pid_tgid >> 32) as u32,
+        _pad: 0,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    };
+    let _ = TASK_NAMES.insert(&(pid_tgid as u32), &name, 0);
 }
 
 /// `*counter += value` on a statistics value, which every CPU updates (and,

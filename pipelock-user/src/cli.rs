@@ -8,7 +8,7 @@ use clap::{
 
 use crate::{
     bpf::{AttachMode, Filters},
-    model::{ClassSet, SortKey},
+    model::{ByKey, ClassSet, LockMatch, ReportView, SortKey, view::DEFAULT_STACK_DEPTH},
     units::parse_seconds,
 };
 
@@ -23,6 +23,10 @@ fn mode_parser() -> impl clap::builder::TypedValueParser<Value = RequestedMode> 
 
 fn attach_mode_parser() -> impl clap::builder::TypedValueParser<Value = AttachMode> {
     PossibleValuesParser::new(AttachMode::ALL.map(AttachMode::name)).try_map(|s| s.parse::<AttachMode>())
+}
+
+fn by_parser() -> impl clap::builder::TypedValueParser<Value = ByKey> {
+    PossibleValuesParser::new(ByKey::NAMES).try_map(|s| s.parse::<ByKey>())
 }
 
 fn sort_parser() -> impl clap::builder::TypedValueParser<Value = SortKey> {
@@ -105,6 +109,15 @@ pub struct TracingArgs {
     /// `stats_full`; the report header gives the maps' kernel memory.
     #[arg(long, value_name = "N")]
     pub max_locks: Option<u32>,
+    /// Record the kernel call stack of each contended acquisition
+    /// (fentry/kprobe: of every acquisition), like `perf lock contention`'s
+    /// callers: each lock lists the stacks its waits came from.
+    #[arg(long)]
+    pub callers: bool,
+    /// Distinct call stacks the kernel's stack map holds [default: 4096;
+    /// 16 to 262144]. A stack that finds no room is counted as `stack_lost`.
+    #[arg(long, value_name = "N")]
+    pub stack_map_size: Option<u32>,
 }
 
 impl TracingArgs {
@@ -118,6 +131,9 @@ impl TracingArgs {
             comm: self.comm.clone(),
             classes: self.class.iter().fold(ClassSet::EMPTY, |all, c| all.union(*c)),
             max_locks: self.max_locks,
+            callers: self.callers,
+            stack_map_size: self.stack_map_size,
+            by_task: false,
         }
     }
 }
@@ -135,6 +151,22 @@ pub struct TraceArgs {
     /// Order of the rows, largest first.
     #[arg(long, value_name = "KEY", default_value = "wait-total", value_parser = sort_parser())]
     pub sort: SortKey,
+    /// What a row is: lock (each lock instance), caller (each call stack,
+    /// across locks of a class, like `perf lock contention`; implies
+    /// --callers), task (each thread, like `perf lock contention -t`).
+    #[arg(long, value_name = "KEY", default_value = "lock", value_parser = by_parser())]
+    pub by: ByKey,
+    /// Frames shown per call stack, from the lock's caller outwards.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_STACK_DEPTH, value_parser = clap::value_parser!(u16).range(1..=24).map(usize::from))]
+    pub stack_depth: usize,
+    /// Only waits whose call stack has a frame matching GLOB, e.g.
+    /// `anon_pipe_write` or `*splice*` (implies --callers).
+    #[arg(long, value_name = "GLOB", value_parser = |s: &str| glob::Pattern::new(s).map_err(|e| format!("not a glob: {e}")))]
+    pub caller: Option<glob::Pattern>,
+    /// Only these locks: addresses (0x…) or parts of their names
+    /// (`pipe:[1234]`, `rq_lock`), comma-separated.
+    #[arg(long, value_name = "LOCKS", value_delimiter = ',', value_parser = |s: &str| s.parse::<LockMatch>())]
+    pub lock_filter: Vec<LockMatch>,
     /// Print a report every SECS (cumulative; per interval with --reset).
     /// With --csv, every interval appends its rows with a `timestamp` column.
     #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
@@ -162,6 +194,27 @@ pub struct TraceArgs {
     /// A command to run while tracing; tracing stops when it exits.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+impl TraceArgs {
+    /// What is recorded: the tracing filters plus what `--by` and
+    /// `--caller` need.
+    pub fn filters(&self, runs_a_load: bool) -> Filters {
+        let mut filters = self.tracing.filters(runs_a_load);
+        filters.callers |= self.by == ByKey::Caller || self.caller.is_some();
+        filters.by_task = self.by == ByKey::Task;
+        filters
+    }
+
+    /// How the report is cut.
+    pub fn view(&self) -> ReportView {
+        ReportView {
+            by: self.by,
+            stack_depth: self.stack_depth,
+            caller: self.caller.clone(),
+            locks: self.lock_filter.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]

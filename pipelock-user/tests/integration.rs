@@ -28,12 +28,15 @@ enum Scope {
     Host,
 }
 
+#[path = "integration/callers.rs"]
+mod callers;
 #[path = "integration/memory.rs"]
 mod memory;
 #[path = "integration/splice.rs"]
 mod splice;
 #[path = "integration/why.rs"]
 mod why;
+use callers::{caller_and_lock_filters_keep_what_they_name, callers_and_tasks_account_for_every_acquisition};
 use memory::map_memory_is_what_the_kernel_accounts;
 use splice::{
     fentry_counts_io_uring_pipe_reads, fentry_counts_splice_tee_vmsplice, kprobe_counts_io_uring_pipe_reads,
@@ -72,6 +75,8 @@ const TESTS: &[Test] = tests![
     Kernel herds_foreign_locks_are_named,
     Kernel holder_sleeping_in_a_page_fault_is_seen_sleeping,
     Kernel holder_preempted_by_a_realtime_task_is_seen_runnable,
+    Kernel callers_and_tasks_account_for_every_acquisition,
+    Host caller_and_lock_filters_keep_what_they_name,
     Kernel trace_of_an_unshared_pipe_has_no_pipe_rows,
     Host trace_counts_agree_with_perf_lock,
     Kernel fentry_counts_every_pipe_mutex_acquisition,
@@ -1048,6 +1053,33 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
             "-p 0: not a process id",
         ),
         (&["trace", "-a", "-p", "1"], 2, "cannot be used with"),
+        (&["trace", "--stack-depth", "0"], 2, "--stack-depth"),
+        (&["trace", "--stack-depth", "99"], 2, "--stack-depth"),
+        (&["trace", "--by", "thread"], 2, "invalid value 'thread'"),
+        (&["trace", "--caller", "[pipe"], 2, "not a glob"),
+        (
+            &["trace", "--lock-filter", "0xzz"],
+            2,
+            "not a hexadecimal address",
+        ),
+        (
+            &[
+                "trace",
+                "--by",
+                "task",
+                "--caller",
+                "pipe_write",
+                "--duration",
+                "1",
+            ],
+            1,
+            "--by task rows have none",
+        ),
+        (
+            &["trace", "--callers", "--stack-map-size", "5", "--duration", "1"],
+            1,
+            "--stack-map-size 5: must be between 16 and 262144",
+        ),
     ];
     let refused_csv = Path::new("/tmp/pipelock-bad-input.csv");
     let _ = fs::remove_file(refused_csv);

@@ -12,11 +12,12 @@ use aya_ebpf::{
     EbpfContext,
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_ktime_get_ns, bpf_task_pt_regs},
     macros::{btf_tracepoint, tracepoint},
+    programs::tracing::StackIdContext,
     programs::{BtfTracePointContext, TracePointContext},
 };
 use pipelock_common::{
     Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, TASK_SLOTS, TaskWaits, TraceConfig, class,
-    holder::STATES, known,
+    detail, holder::STATES, known,
 };
 
 use super::holder::{mutex_owner, name_task, owners_wanted, record_owner, unwatch, watch};
@@ -24,8 +25,8 @@ use super::holder::{mutex_owner, name_task, owners_wanted, record_owner, unwatch
 use crate::{
     files::{file_of_fd, pipe_of_file},
     maps::{
-        TASK_WAITS, bump, config, count_drop, name_lock, note_user, read, read_words, record, stats_of,
-        wanted,
+        TASK_WAITS, bump, config, count_drop, name_current, name_lock, note_user, read, read_words, record,
+        record_part, stack_id, stats_of, wanted,
     },
     recognise::recognise,
     task::on_task_stack,
@@ -138,10 +139,11 @@ fn forget(wait: &Pending) {
     }
 }
 
-/// `ctx_address`: where a `tp_btf` program's arguments are (None for a
-/// classic tracepoint, whose record is in the trace buffer: no check).
+/// `on_task_stack`: whether to check that the event runs in task context
+/// (`tp_btf`: its arguments are on the stack it fired on; a classic
+/// tracepoint's record is in the trace buffer, no check).
 #[inline(always)]
-fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>) {
+fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_task_stack_check: bool) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(slot) = TASK_WAITS.get_ptr_mut(pid_tgid as u32 % TASK_SLOTS) else {
         return;
@@ -161,6 +163,9 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
             wanted: wanted(cfg, pid_tgid) as u32,
             ..TaskWaits::default()
         };
+        if slot.wanted != 0 {
+            name_current(cfg, pid_tgid);
+        }
     } else {
         for wait in slot.waits.iter_mut() {
             if wait.lock != lock {
@@ -200,9 +205,7 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
     if cfg.class_mask & (1 << class) == 0 {
         return;
     }
-    if let Some(at) = ctx_address
-        && !on_task_stack(cfg, at)
-    {
+    if on_task_stack_check && !on_task_stack(cfg, ctx.as_ptr().cast_const()) {
         count_drop(Drop::InInterrupt);
         return;
     }
@@ -224,6 +227,8 @@ fn on_begin(lock: u64, flags: u32, ctx_address: Option<*const core::ffi::c_void>
         owner_tid: 0,
         owner_task: 0,
         holder_at_start: [0; STATES],
+        stack_id: stack_id(cfg, ctx),
+        _pad: 0,
     };
     if class == class::PIPE_MUTEX && owners_wanted(cfg) {
         note_owner(cfg, wait, &mut slot.named_owner, start_ns);
@@ -272,12 +277,19 @@ fn on_end(lock: u64) {
         lock,
         owner: wait.owner,
     };
-    if wait.class == class::PIPE_MUTEX && owners_wanted(config()) {
+    let cfg = config();
+    if wait.class == class::PIPE_MUTEX && owners_wanted(cfg) {
         let split = match wait.owner_task {
             0 => None,
             task => unwatch(task, &wait.holder_at_start, now),
         };
         record_owner(key, wait.owner_tid, ns, split);
+    }
+    if cfg.details & (1 << detail::CALLER) != 0 {
+        let _ = record_part(key, detail::CALLER, wait.stack_id, false, true, ns, 0);
+    }
+    if cfg.details & (1 << detail::TASK) != 0 {
+        let _ = record_part(key, detail::TASK, pid_tgid as u32, false, true, ns, 0);
     }
     let spin_only = wait.flags_and & LCB_F_SPIN != 0;
     let Some(stats) = stats_of(&key) else {
@@ -297,7 +309,7 @@ fn on_end(lock: u64) {
 pub fn pipe_contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
     // contention_begin(void *lock, unsigned int flags)
     let (lock, flags): (u64, u32) = (ctx.arg(0), ctx.arg(1));
-    on_begin(lock, flags, Some(ctx.as_ptr().cast_const()));
+    on_begin(&ctx, lock, flags, true);
     0
 }
 
@@ -318,7 +330,7 @@ pub fn pipe_contention_begin_tp(ctx: TracePointContext) -> u32 {
     // SAFETY: reads inside the tracepoint record.
     if let (Ok(lock), Ok(flags)) = unsafe { (ctx.read_at::<u64>(TP_LOCK_ADDR), ctx.read_at::<u32>(TP_FLAGS)) }
     {
-        on_begin(lock, flags, None);
+        on_begin(&ctx, lock, flags, false);
     }
     0
 }

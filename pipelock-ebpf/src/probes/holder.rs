@@ -9,11 +9,11 @@
 //! programs return after one array read.
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::btf_tracepoint, programs::BtfTracePointContext};
 use pipelock_common::{
-    DetailKey, Drop, HolderClock, LockKey, TaskName, TraceConfig, detail,
+    Drop, HolderClock, LockKey, TaskName, TraceConfig, detail,
     holder::{self, STATES},
 };
 
-use crate::maps::{TASK_NAMES, WATCHED, WATCHERS, atomic_add, bump, count_drop, detail_of, read};
+use crate::maps::{TASK_NAMES, WATCHED, WATCHERS, atomic_add, bump, count_drop, read, record_part};
 
 /// Whether waits are split by owner (the pipe-mutex class is traced).
 #[inline(always)]
@@ -118,27 +118,15 @@ pub(crate) fn unwatch(task: u64, start: &[u64; STATES], now: u64) -> Option<[u64
 /// without a lock).
 #[inline(always)]
 pub(crate) fn record_owner(lock: LockKey, tid: u32, ns: u64, split: Option<[u64; STATES]>) {
-    let key = DetailKey {
-        lock,
-        kind: detail::OWNER,
-        id: tid,
-    };
-    let Some(stats) = detail_of(&key) else {
+    let Some(part) = record_part(lock, detail::OWNER, tid, false, true, ns, 0) else {
         return;
     };
-    // SAFETY: a live map value; every update of it is atomic.
-    let stats = unsafe { &mut *stats };
-    bump(&mut stats.contentions, 1);
-    bump(&mut stats.wait_ns, ns);
-    if ns > stats.wait_max_ns {
-        stats.wait_max_ns = ns;
-    }
     if let Some(split) = split {
         let mut left = ns;
         for state in 0..STATES {
-            let part = if split[state] < left { split[state] } else { left };
-            left -= part;
-            bump(&mut stats.holder_ns[state], part);
+            let share = if split[state] < left { split[state] } else { left };
+            left -= share;
+            bump(&mut part.holder_ns[state], share);
         }
     }
 }

@@ -24,6 +24,12 @@ pub struct Filters {
     /// How many locks the kernel maps hold per drain (`--max-locks`; None:
     /// the default): not a filter, but refused like one before attaching.
     pub max_locks: Option<u32>,
+    /// Record each acquisition's call stack (`--callers`), in a map of
+    /// `stack_map_size` stacks (None: the default).
+    pub callers: bool,
+    pub stack_map_size: Option<u32>,
+    /// Record each waiting thread's share (`--by task`).
+    pub by_task: bool,
 }
 
 /// Longest comm the kernel keeps (`TASK_COMM_LEN` - 1).
@@ -33,7 +39,7 @@ impl Filters {
     /// Bad filters are refused before anything is attached, with the reason:
     /// a filter that can match nothing would give an empty report.
     pub fn check(&self) -> Result<(), Error> {
-        MapSizes::new(self.max_locks)?;
+        MapSizes::with_stacks(self.max_locks, self.stack_map_size)?;
         let usage = |why: String| Err(Error::Usage(why));
         for (flag, ids, what) in [("-p", &self.pids, "process"), ("-t", &self.tids, "thread")] {
             for &id in ids {
@@ -78,13 +84,15 @@ impl Filters {
     }
 
     /// `TraceConfig::details`: the breakdowns the programs record. Waits
-    /// on the pipe mutex are always split by owner.
+    /// on the pipe mutex are always split by owner; callers and tasks on
+    /// request.
     pub fn details(&self) -> u32 {
-        if self.classes().contains(crate::model::LockClass::PipeMutex) {
-            1 << detail::OWNER
-        } else {
-            0
-        }
+        let bit = |on: bool, kind: u32| if on { 1 << kind } else { 0 };
+        bit(
+            self.classes().contains(crate::model::LockClass::PipeMutex),
+            detail::OWNER,
+        ) | bit(self.callers, detail::CALLER)
+            | bit(self.by_task, detail::TASK)
     }
 
     /// The classes actually traced.

@@ -135,6 +135,8 @@ pub struct Identities {
     pub users: HashMap<LockKey, Vec<(u32, String)>>,
     /// Owners' and waiters' process ids and names, by thread id.
     pub tasks: TaskNames,
+    /// Call stacks (return addresses, innermost first) by id in `STACKS`.
+    pub stacks: HashMap<u32, Vec<u64>>,
 }
 
 impl Identities {
@@ -144,6 +146,8 @@ impl Identities {
         self.info.extend(fresh.info.iter().map(|(k, v)| (*k, *v)));
         self.tasks
             .extend(fresh.tasks.iter().map(|(k, v)| (*k, v.clone())));
+        self.stacks
+            .extend(fresh.stacks.iter().map(|(k, v)| (*k, v.clone())));
         for (key, users) in &fresh.users {
             let known = self.users.entry(*key).or_default();
             known.extend(users.iter().cloned());
@@ -179,6 +183,35 @@ pub fn read_identities(ebpf: &Ebpf) -> Result<Identities, Error> {
         ids.tasks.insert(tid, (name.tgid, comm_text(&name.comm)));
     }
     Ok(ids)
+}
+
+/// Adds the call stacks `details` name that `known` lacks (ids stay
+/// valid: the stack map is never emptied, so each is read once).
+pub fn read_stacks(
+    ebpf: &Ebpf,
+    details: &Details,
+    known: &Identities,
+    into: &mut Identities,
+) -> Result<(), Error> {
+    let wanted: Vec<u32> = details
+        .keys()
+        .filter(|k| k.kind == pipelock_common::detail::CALLER && k.id != pipelock_common::NO_STACK)
+        .map(|k| k.id)
+        .filter(|id| !known.stacks.contains_key(id) && !into.stacks.contains_key(id))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let stacks =
+        aya::maps::StackTraceMap::try_from(map(ebpf, maps::STACKS)?).map_err(map_err(maps::STACKS))?;
+    for id in wanted {
+        // A missing id was a failed store the programs counted.
+        if let Ok(trace) = stacks.get(&id, 0) {
+            into.stacks
+                .insert(id, trace.frames().iter().map(|f| f.ip).collect());
+        }
+    }
+    Ok(())
 }
 
 /// Reads the identities and removes what was read from the kernel's maps:
@@ -235,9 +268,10 @@ pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
     // Counting keys costs a syscall per entry: the identity maps were just
     // read, so only the statistics maps are walked (called after a drain,
     // both are nearly empty; the drained one's count is what was taken).
-    // The LRU maps (pending waits, lockref state) evict the oldest instead
-    // of dropping events, and the per-thread slots are reused: their fill
-    // is not counted.
+    // The LRU maps (lockref state, names) evict the oldest instead of
+    // dropping events, the per-thread slots are reused, and the breakdown,
+    // owner and stack maps would cost a syscall per entry: their fill is
+    // not counted here (a full one counts its drops).
     let count = |name: &str| -> Option<usize> {
         let map = ebpf.map(name)?;
         match name {
@@ -255,16 +289,24 @@ pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
     [
         maps::LOCK_STATS[0],
         maps::LOCK_STATS[1],
+        maps::LOCK_DETAILS[0],
+        maps::LOCK_DETAILS[1],
         maps::LOCK_INFO,
         maps::LOCK_USERS,
+        maps::TASK_NAMES,
+        maps::WATCHED,
+        maps::STACKS,
         maps::TASK_WAITS,
         maps::TASK_PIPE,
         maps::TASK_LOCKREF,
     ]
     .into_iter()
     .filter_map(|name| {
-        let (Map::HashMap(data) | Map::LruHashMap(data) | Map::PerCpuHashMap(data) | Map::Array(data)) =
-            ebpf.map(name)?
+        let (Map::HashMap(data)
+        | Map::LruHashMap(data)
+        | Map::PerCpuHashMap(data)
+        | Map::Array(data)
+        | Map::StackTraceMap(data)) = ebpf.map(name)?
         else {
             return None;
         };

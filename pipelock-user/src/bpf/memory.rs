@@ -7,7 +7,7 @@ use std::ops::RangeInclusive;
 
 use aya_obj::generated::bpf_map_type::{
     BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_LRU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY,
-    BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERF_EVENT_ARRAY,
+    BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERF_EVENT_ARRAY, BPF_MAP_TYPE_STACK_TRACE,
 };
 use pipelock_common::maps;
 
@@ -21,17 +21,25 @@ pub const DEFAULT_MAX_LOCKS: u32 = 4096;
 /// over half a GiB of kernel memory.
 pub const MAX_LOCKS: RangeInclusive<u32> = 16..=262_144;
 
+/// Call stacks the stack map holds unless `--stack-map-size` says otherwise.
+pub const DEFAULT_STACKS: u32 = 4096;
+/// What `--stack-map-size` accepts (each stack takes ~280 bytes).
+pub const STACKS: RangeInclusive<u32> = 16..=262_144;
+
 /// The sizes of the maps that grow with the number of locks traced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MapSizes {
     /// Entries of each statistics map (locks seen in one drain).
     pub max_locks: u32,
+    /// Distinct call stacks kept (`--callers`).
+    pub stacks: u32,
 }
 
 impl Default for MapSizes {
     fn default() -> Self {
         Self {
             max_locks: DEFAULT_MAX_LOCKS,
+            stacks: DEFAULT_STACKS,
         }
     }
 }
@@ -39,24 +47,37 @@ impl Default for MapSizes {
 impl MapSizes {
     /// `--max-locks N`, checked.
     pub fn new(max_locks: Option<u32>) -> Result<Self, Error> {
-        let max_locks = max_locks.unwrap_or(DEFAULT_MAX_LOCKS);
-        if !MAX_LOCKS.contains(&max_locks) {
-            return Err(Error::Usage(format!(
-                "--max-locks {max_locks}: must be between {} and {}",
-                MAX_LOCKS.start(),
-                MAX_LOCKS.end()
-            )));
-        }
-        Ok(Self { max_locks })
+        Self::with_stacks(max_locks, None)
+    }
+
+    /// `--max-locks N` and `--stack-map-size N`, checked.
+    pub fn with_stacks(max_locks: Option<u32>, stacks: Option<u32>) -> Result<Self, Error> {
+        let check = |flag: &str, value: Option<u32>, default: u32, range: &RangeInclusive<u32>| {
+            let value = value.unwrap_or(default);
+            if range.contains(&value) {
+                Ok(value)
+            } else {
+                Err(Error::Usage(format!(
+                    "{flag} {value}: must be between {} and {}",
+                    range.start(),
+                    range.end()
+                )))
+            }
+        };
+        Ok(Self {
+            max_locks: check("--max-locks", max_locks, DEFAULT_MAX_LOCKS, &MAX_LOCKS)?,
+            stacks: check("--stack-map-size", stacks, DEFAULT_STACKS, &STACKS)?,
+        })
     }
 
     /// (map, entries) set at load: the statistics maps hold `max_locks`
     /// locks; identities and processes are kept for 4× and 2× as many
     /// (several rows per pipe, several processes per lock), as at the
     /// defaults, and the breakdowns (owners, callers, tasks) for 4×.
-    pub fn overrides(&self) -> [(&'static str, u32); 6] {
+    pub fn overrides(&self) -> [(&'static str, u32); 7] {
         let n = self.max_locks;
         [
+            (maps::STACKS, self.stacks),
             (maps::LOCK_STATS[0], n),
             (maps::LOCK_STATS[1], n),
             (maps::LOCK_INFO, 4 * n),
@@ -110,6 +131,8 @@ const MAP_HEADER: u64 = 512;
 const HTAB_ELEM: u64 = 48;
 /// `struct bucket`: list head and spinlock.
 const BUCKET: u64 = 16;
+/// `struct stack_map_bucket` before its frames: freelist node, hash, count.
+const STACK_BUCKET: u64 = 16;
 /// `HASHTAB_MAP_LOCK_COUNT` per-CPU `int`s of every hash map.
 const HTAB_LOCKS: u64 = 8;
 
@@ -143,6 +166,11 @@ pub fn kernel_bytes(shape: &MapShape, cpus: u64) -> u64 {
         t if t == BPF_MAP_TYPE_ARRAY as u32 => MAP_HEADER + entries * value,
         // One slot per CPU (aya sizes it to the CPU count).
         t if t == BPF_MAP_TYPE_PERF_EVENT_ARRAY as u32 => MAP_HEADER + 8 * cpus,
+        // A bucket pointer per (power-of-two) slot; each preallocated
+        // `stack_map_bucket` holds its header and the frames.
+        t if t == BPF_MAP_TYPE_STACK_TRACE as u32 => {
+            MAP_HEADER + 8 * entries.next_power_of_two() + entries * (STACK_BUCKET + value)
+        }
         _ => MAP_HEADER,
     }
 }
@@ -238,8 +266,16 @@ mod tests {
             assert!(err.contains(&format!("--max-locks {bad}")), "{err}");
         }
         assert_eq!(
-            MapSizes::new(Some(16)).unwrap().overrides()[2],
+            MapSizes::new(Some(16)).unwrap().overrides()[3],
             (maps::LOCK_INFO, 64)
+        );
+        for bad in [0, 15, 262_145] {
+            let err = MapSizes::with_stacks(None, Some(bad)).unwrap_err().to_string();
+            assert!(err.contains(&format!("--stack-map-size {bad}")), "{err}");
+        }
+        assert_eq!(
+            MapSizes::with_stacks(None, Some(64)).unwrap().overrides()[0],
+            (maps::STACKS, 64)
         );
     }
 }

@@ -35,13 +35,19 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         )));
     }
     let program = args.command.first().map(|p| find_program(p)).transpose()?;
-    let filters = args.tracing.filters(program.is_some());
+    if args.by == crate::model::ByKey::Task && args.caller.is_some() {
+        return Err(Error::Usage(
+            "--caller filters call stacks; --by task rows have none (use --by lock or --by caller)"
+                .to_owned(),
+        ));
+    }
+    let filters = args.filters(program.is_some());
     // Before any file is created: a filter that matches nothing is refused.
     filters.check()?;
     // An interval trace appends to its CSV as it goes; a plain one writes
     // its files once, atomically, at the end.
     let mut interval_csv = match (&args.csv, args.interval) {
-        (Some(path), Some(_)) => Some(IntervalCsv::create(path)?),
+        (Some(path), Some(_)) => Some(IntervalCsv::create(path, args.by)?),
         _ => None,
     };
     let outputs = Outputs::prepare(
@@ -54,6 +60,7 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         HookBodies::Pipelock
     };
     let mut tracer = Tracer::attach_bodies(args.tracing.mode, &filters, ebpf_log, bodies)?;
+    tracer.set_view(args.view());
     if args.bpf_stats {
         tracer.enable_run_stats();
     }
@@ -133,13 +140,20 @@ struct IntervalCsv {
 }
 
 impl IntervalCsv {
-    fn create(path: &Path) -> Result<Self, Error> {
+    fn create(path: &Path, by: crate::model::ByKey) -> Result<Self, Error> {
         let fail = |source| Error::Output {
             path: path.to_owned(),
             source,
         };
-        let header = render::csv_block(&TraceReport::empty(), Some(""), true)
-            .map_err(|e| fail(io::Error::other(e)))?;
+        let header = render::csv_block(
+            &TraceReport {
+                by,
+                ..TraceReport::empty()
+            },
+            Some(""),
+            true,
+        )
+        .map_err(|e| fail(io::Error::other(e)))?;
         let mut file = fs::OpenOptions::new()
             .create(true)
             .truncate(true)

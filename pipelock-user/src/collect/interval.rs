@@ -140,11 +140,19 @@ impl IntervalCollector {
         let (fresh, drained) = maps::take_stats(tracer.ebpf_mut())?;
         // After the swap: every program that wrote those statistics has
         // returned, and named its locks first.
-        let fresh_ids = maps::take_identities(tracer.ebpf_mut())?;
+        let mut fresh_ids = maps::take_identities(tracer.ebpf_mut())?;
+        maps::read_stacks(tracer.ebpf(), &fresh.details, &self.total.known, &mut fresh_ids)?;
         let mut fill = maps::map_fill(tracer.ebpf(), &fresh_ids);
         // The drained map was as full as what it gave (it is empty now).
         if let Some(map) = fill.iter_mut().find(|m| m.name == drained) {
             map.used = Some(fresh.stats.len());
+        }
+        let slot = pipelock_common::maps::LOCK_STATS
+            .iter()
+            .position(|m| *m == drained);
+        let drained_details = slot.map_or("", |slot| pipelock_common::maps::LOCK_DETAILS[slot]);
+        if let Some(map) = fill.iter_mut().find(|m| m.name == drained_details) {
+            map.used = Some(fresh.details.len());
         }
         self.total.add(&fresh, &fresh_ids);
         let interval = self.last.elapsed();

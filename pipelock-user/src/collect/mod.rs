@@ -25,7 +25,7 @@ use crate::{
     },
     error::one_line,
     kernel::{KernelInspector, KernelSymbols, privilege},
-    model::{LockClass, TraceReport},
+    model::{LockClass, ReportView, TraceReport},
 };
 
 /// The mode a tracer ended up with, and why a better one was not used.
@@ -55,6 +55,8 @@ pub struct Tracer {
     /// The scheduler programs that follow waited-for owners are attached:
     /// waits are split by what the owner was doing.
     holder_split: bool,
+    /// How reports are cut (`--by`, `--stack-depth`, filters).
+    view: ReportView,
 }
 
 impl Tracer {
@@ -103,7 +105,7 @@ impl Tracer {
         }
         let btf = inspector.btf()?;
         let config = bpf::config::trace_config(&btf, filters)?;
-        let sizes = MapSizes::new(filters.max_locks)?;
+        let sizes = MapSizes::with_stacks(filters.max_locks, filters.stack_map_size)?;
         let load = || {
             let mut loader = EbpfLoader::new();
             loader.override_global(TRACE_CONFIG_GLOBAL, &config, true);
@@ -194,6 +196,7 @@ impl Tracer {
             notes,
             symbols,
             holder_split,
+            view: ReportView::default(),
         })
     }
 
@@ -230,6 +233,11 @@ impl Tracer {
         self._stats = StatsGuard::enable();
     }
 
+    /// How the reports are cut from now on.
+    pub fn set_view(&mut self, view: ReportView) {
+        self.view = view;
+    }
+
     /// What this mode or kernel could not measure, class by class.
     pub fn notes(&self) -> &[String] {
         &self.notes
@@ -238,7 +246,8 @@ impl Tracer {
     /// Reads and merges the maps into a report of everything since attach.
     pub fn report(&self) -> Result<TraceReport, Error> {
         let stats = maps::read_stats(&self.ebpf)?;
-        let ids = maps::read_identities(&self.ebpf)?;
+        let mut ids = maps::read_identities(&self.ebpf)?;
+        maps::read_stacks(&self.ebpf, &stats.details, &Identities::default(), &mut ids)?;
         let mut report = self.build_report(&stats, &ids, self.started.elapsed())?;
         report.maps = maps::map_fill(&self.ebpf, &ids);
         Ok(report)
@@ -264,13 +273,21 @@ impl Tracer {
         duration: std::time::Duration,
     ) -> Result<TraceReport, Error> {
         let hooked = self.attached.mode.is_hooked();
-        let locks = rows::rows(
+        let mode = self.short_mode();
+        let rows::Rows {
+            locks,
+            by_caller,
+            by_task,
+        } = rows::rows(
             taken,
-            ids,
-            &self.symbols,
-            &self.short_mode(),
-            hooked,
-            self.holder_split,
+            &rows::RowContext {
+                ids,
+                symbols: &self.symbols,
+                mode: &mode,
+                hooked,
+                holder_split: self.holder_split,
+                view: &self.view,
+            },
         );
         let mut drops = maps::read_drops(&self.ebpf)?;
         let programs = progstats::collect(&self.ebpf);
@@ -304,6 +321,9 @@ impl Tracer {
             tracer_cpu_s: own_cpu_seconds()
                 .zip(self.cpu_at_attach)
                 .map(|(now, attached)| now - attached),
+            by: self.view.by,
+            by_caller,
+            by_task,
         })
     }
 }

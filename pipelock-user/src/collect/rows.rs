@@ -5,7 +5,8 @@ use crate::{
     bpf::maps::{Identities, Taken},
     kernel::{KernelSymbols, SymbolKind},
     model::{
-        LockClass, LockRow, SortKey, Timing,
+        CallerRow, LockClass, LockRow, ReportView, SortKey, TaskRow, Timing,
+        callers::{callers_of, merge_callers, tasks_of},
         naming::identify,
         sort_rows,
         why::{by_lock, owners_of},
@@ -45,23 +46,41 @@ fn measured(stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
         },
         owners: Vec::new(),
         holder: Default::default(),
+        callers: Vec::new(),
     }
 }
 
-/// One row per lock of `stats`, named from `ids` (and `symbols`, for a
-/// static lock), busiest first.
-/// `holder_split`: whether owners' states were watched (the scheduler
-/// programs attached).
-pub fn rows(
-    taken: &Taken,
-    ids: &Identities,
-    symbols: &KernelSymbols,
-    mode: &str,
-    hooked: bool,
-    holder_split: bool,
-) -> Vec<LockRow> {
+/// What rows are built with, besides the maps' entries.
+pub struct RowContext<'a> {
+    pub ids: &'a Identities,
+    pub symbols: &'a KernelSymbols,
+    pub mode: &'a str,
+    pub hooked: bool,
+    /// Whether owners' states were watched (the scheduler programs attached).
+    pub holder_split: bool,
+    pub view: &'a ReportView,
+}
+
+/// The rows of one report: per lock (busiest first), and across locks by
+/// caller and by task.
+pub struct Rows {
+    pub locks: Vec<LockRow>,
+    pub by_caller: Vec<CallerRow>,
+    pub by_task: Vec<TaskRow>,
+}
+
+/// One row per lock of `taken`, named from the identities (and kallsyms,
+/// for a static lock), with its owners and callers; then the caller and
+/// task rows of the locks the view keeps.
+pub fn rows(taken: &Taken, cx: &RowContext) -> Rows {
     let details = by_lock(&taken.details);
-    let mut rows: Vec<LockRow> = taken
+    let ids = cx.ids;
+    let stack_of = |id: u32| {
+        ids.stacks
+            .get(&id)
+            .map(|frames| frames.iter().map(|a| cx.symbols.frame(*a)).collect())
+    };
+    let mut locks: Vec<LockRow> = taken
         .stats
         .iter()
         .map(|(key, merged)| {
@@ -79,22 +98,55 @@ pub fn rows(
             }
             users.sort();
             users.dedup();
-            let identity = identify(lock, info, symbols.name(lock, SymbolKind::Data).as_deref());
+            let identity = identify(lock, info, cx.symbols.name(lock, SymbolKind::Data).as_deref());
             let parts = details.get(key).map_or(&[][..], Vec::as_slice);
-            let (owners, holder) = owners_of(key, parts, &ids.tasks, holder_split);
+            let (owners, holder) = owners_of(key, parts, &ids.tasks, cx.holder_split);
+            let mut callers = callers_of(
+                identity.class,
+                parts.iter().copied(),
+                &stack_of,
+                cx.view.stack_depth,
+                cx.hooked,
+            );
+            callers.retain(|c| cx.view.keeps_caller(c));
             LockRow {
-                owners,
-                holder,
                 class: identity.class,
                 lock_addr: lock,
                 owner: key.owner,
                 pipe_ino: identity.pipe_ino,
                 name: identity.name,
                 comms: users.iter().map(|(pid, comm)| format!("{comm}({pid})")).collect(),
-                ..measured(merged, mode, hooked)
+                owners,
+                holder,
+                callers,
+                ..measured(merged, cx.mode, cx.hooked)
             }
         })
+        .filter(|row| cx.view.keeps_lock(row))
+        // With --caller, a lock none of whose waits came from there goes.
+        .filter(|row| cx.view.caller.is_none() || !row.callers.is_empty())
         .collect();
-    sort_rows(&mut rows, SortKey::WaitTotal);
-    rows
+    sort_rows(&mut locks, SortKey::WaitTotal);
+    let by_caller = merge_callers(locks.iter().flat_map(|row| row.callers.iter().cloned()));
+    let by_task = tasks_of(
+        locks.iter().flat_map(|row| {
+            let key = LockKey {
+                lock: row.lock_addr,
+                owner: row.owner,
+            };
+            let class = row.class;
+            details
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .map(move |(k, v)| (class, *k, *v))
+        }),
+        &ids.tasks,
+        cx.hooked,
+    );
+    Rows {
+        locks,
+        by_caller,
+        by_task,
+    }
 }

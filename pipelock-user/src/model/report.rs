@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
+    callers::{ByKey, CallerRow, TaskRow},
     class::LockClass,
     timing::{PERCENTILE_RESOLUTION, Timing},
     why::{HolderState, OwnerRow},
@@ -43,6 +44,9 @@ pub struct LockRow {
     /// What those owners were doing while waited for (None: not measured).
     #[serde(flatten)]
     pub holder: HolderState,
+    /// `--callers`: the call stacks its acquisitions came from, most wait first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<CallerRow>,
 }
 
 /// Per-class totals.
@@ -77,6 +81,15 @@ pub struct TraceReport {
     /// CPU time pipelock's own process used since attaching (the collector;
     /// not the traced load's, not the one-off loading).
     pub tracer_cpu_s: Option<f64>,
+    /// What the text and CSV rows are (`--by`); `locks` is always there.
+    #[serde(default)]
+    pub by: ByKey,
+    /// Call stacks across locks, by class (with `--callers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_caller: Vec<CallerRow>,
+    /// Threads, by class (`--by task`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_task: Vec<TaskRow>,
 }
 
 impl TraceReport {
@@ -95,6 +108,9 @@ impl TraceReport {
             programs: Vec::new(),
             maps: Vec::new(),
             tracer_cpu_s: None,
+            by: ByKey::Lock,
+            by_caller: Vec::new(),
+            by_task: Vec::new(),
         }
     }
 
@@ -237,6 +253,7 @@ pub(crate) mod tests {
             hold: None,
             owners: Vec::new(),
             holder: HolderState::default(),
+            callers: Vec::new(),
         }];
         TraceReport {
             kernel: "6.18.44".into(),
@@ -251,6 +268,9 @@ pub(crate) mod tests {
             programs: Vec::new(),
             maps: Vec::new(),
             tracer_cpu_s: None,
+            by: ByKey::Lock,
+            by_caller: Vec::new(),
+            by_task: Vec::new(),
         }
     }
 

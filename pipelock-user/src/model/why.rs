@@ -150,8 +150,8 @@ pub fn owners_of(
 }
 
 /// The `id` of a part that stands for the many small ones folded together
-/// ([`fold_details`]).
-pub const FOLDED: u32 = u32::MAX;
+/// ([`fold_details`]); `u32::MAX` is `NO_STACK`.
+pub const FOLDED: u32 = u32::MAX - 1;
 
 /// Keeps at most `keep` parts of each kind per lock (most wait first) and
 /// folds the others into one part of id [`FOLDED`]: hours of thread churn

@@ -1,7 +1,7 @@
 //! The report as CSV: one row per lock, times in ns, unmeasured values empty.
 use serde::Serialize;
 
-use crate::model::{TraceReport, class_label};
+use crate::model::{ByKey, TraceReport, class_label};
 
 /// One CSV row; `None` is written as an empty field (not measured ≠ 0).
 #[derive(Serialize)]
@@ -67,21 +67,115 @@ pub fn to_csv(report: &TraceReport) -> Result<Vec<u8>, csv::Error> {
     csv_block(report, None, true)
 }
 
-/// Rows of one report; with `timestamp`, each row starts with it (the
-/// `--interval` file format), with `header`, a header row comes first.
+/// `--by caller` rows: the stack's frames joined by `;` (innermost first),
+/// its first frame alone in `caller`.
+#[derive(Serialize)]
+struct CallerCsvRow<'a> {
+    class: &'static str,
+    caller: &'a str,
+    stack: String,
+    acquisitions: Option<u64>,
+    contentions: u64,
+    wait_total_ns: u64,
+    wait_max_ns: u64,
+    hold_total_ns: Option<u64>,
+}
+
+pub const CALLER_CSV_COLUMNS: [&str; 8] = [
+    "class",
+    "caller",
+    "stack",
+    "acquisitions",
+    "contentions",
+    "wait_total_ns",
+    "wait_max_ns",
+    "hold_total_ns",
+];
+
+/// `--by task` rows.
+#[derive(Serialize)]
+struct TaskCsvRow<'a> {
+    class: &'static str,
+    tid: u32,
+    pid: Option<u32>,
+    comm: Option<&'a str>,
+    acquisitions: Option<u64>,
+    contentions: u64,
+    wait_total_ns: u64,
+    wait_max_ns: u64,
+    hold_total_ns: Option<u64>,
+}
+
+pub const TASK_CSV_COLUMNS: [&str; 9] = [
+    "class",
+    "tid",
+    "pid",
+    "comm",
+    "acquisitions",
+    "contentions",
+    "wait_total_ns",
+    "wait_max_ns",
+    "hold_total_ns",
+];
+
+/// Rows of one report, of the kind `report.by` says; with `timestamp`,
+/// each row starts with it (the `--interval` file format), with `header`,
+/// a header row comes first.
 pub fn csv_block(report: &TraceReport, timestamp: Option<&str>, header: bool) -> Result<Vec<u8>, csv::Error> {
     let mut writer = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(Vec::new());
     if header {
-        let columns = timestamp.map(|_| "timestamp").into_iter().chain(CSV_COLUMNS);
-        writer.write_record(columns)?;
+        let columns: &[&str] = match report.by {
+            ByKey::Lock => &CSV_COLUMNS,
+            ByKey::Caller => &CALLER_CSV_COLUMNS,
+            ByKey::Task => &TASK_CSV_COLUMNS,
+        };
+        writer.write_record(timestamp.map(|_| "timestamp").iter().chain(columns))?;
+    }
+    let stamp = |writer: &mut csv::Writer<Vec<u8>>| match timestamp {
+        Some(timestamp) => writer.write_field(timestamp),
+        None => Ok(()),
+    };
+    match report.by {
+        ByKey::Lock => {}
+        ByKey::Caller => {
+            for row in &report.by_caller {
+                stamp(&mut writer)?;
+                writer.serialize(CallerCsvRow {
+                    class: class_label(row.class),
+                    caller: row.stack.first().map_or("", String::as_str),
+                    stack: row.stack.join(";"),
+                    acquisitions: row.acquisitions,
+                    contentions: row.contentions,
+                    wait_total_ns: row.wait_total_ns,
+                    wait_max_ns: row.wait_max_ns,
+                    hold_total_ns: row.hold_total_ns,
+                })?;
+            }
+            return writer.into_inner().map_err(|e| csv::Error::from(e.into_error()));
+        }
+        ByKey::Task => {
+            for row in &report.by_task {
+                stamp(&mut writer)?;
+                writer.serialize(TaskCsvRow {
+                    class: class_label(row.class),
+                    tid: row.tid,
+                    pid: row.pid,
+                    comm: row.comm.as_deref(),
+                    acquisitions: row.acquisitions,
+                    contentions: row.contentions,
+                    wait_total_ns: row.wait_total_ns,
+                    wait_max_ns: row.wait_max_ns,
+                    hold_total_ns: row.hold_total_ns,
+                })?;
+            }
+            return writer.into_inner().map_err(|e| csv::Error::from(e.into_error()));
+        }
     }
     for row in &report.locks {
         let (w, h) = (row.wait.as_ref(), row.hold.as_ref());
-        if let Some(timestamp) = timestamp {
-            writer.write_field(timestamp)?;
-        }
+        stamp(&mut writer)?;
         writer.serialize(CsvRow {
             class: class_label(row.class),
             lock_addr: format!("{:#x}", row.lock_addr),
@@ -129,6 +223,49 @@ mod tests {
              top_owner,top_owner_wait_ns\n\
              pipe-mutex,0xffff888001234000,4242,pipe:[4242],herd(10) herd(11),tracepoint (tp_btf),,3,1,\
              4300,1433,255,4000,4000,,,,,,2,,,,,\n"
+        );
+    }
+
+    #[test]
+    fn caller_and_task_rows_read_back_under_their_own_header() {
+        use crate::model::{CallerRow, TaskRow};
+        let mut report = sample();
+        report.by = ByKey::Caller;
+        report.by_caller = vec![CallerRow {
+            class: report.locks[0].class,
+            stack: vec!["anon_pipe_write+0x50".into(), "vfs_write+0x2a4".into()],
+            acquisitions: Some(4),
+            contentions: 2,
+            wait_total_ns: 900,
+            wait_max_ns: 600,
+            hold_total_ns: Some(70),
+        }];
+        let csv = to_csv(&report).unwrap();
+        let mut reader = csv::Reader::from_reader(csv.as_slice());
+        assert_eq!(reader.headers().unwrap(), CALLER_CSV_COLUMNS.as_slice());
+        let row = reader.records().next().unwrap().unwrap();
+        assert_eq!(&row[1], "anon_pipe_write+0x50");
+        assert_eq!(&row[2], "anon_pipe_write+0x50;vfs_write+0x2a4");
+        assert_eq!(&row[5], "900");
+        report.by = ByKey::Task;
+        report.by_task = vec![TaskRow {
+            class: report.locks[0].class,
+            tid: 11,
+            pid: Some(10),
+            comm: Some("writer".into()),
+            acquisitions: None,
+            contentions: 2,
+            wait_total_ns: 900,
+            wait_max_ns: 600,
+            hold_total_ns: None,
+        }];
+        let csv = csv_block(&report, Some("2026-12-01T00:00:00.000Z"), true).unwrap();
+        let mut reader = csv::Reader::from_reader(csv.as_slice());
+        assert_eq!(reader.headers().unwrap().len(), TASK_CSV_COLUMNS.len() + 1);
+        let row = reader.records().next().unwrap().unwrap();
+        assert_eq!(
+            (&row[1], &row[2], &row[4], &row[5]),
+            ("pipe-mutex", "11", "writer", "")
         );
     }
 

@@ -1,5 +1,6 @@
 //! Views of the model as text tables, CSV and terminal histograms (JSON is
 //! the model's own serde form). Pure functions of model values.
+pub mod callers;
 pub mod csv;
 pub mod histogram;
 pub mod text;

@@ -1,5 +1,5 @@
 //! The report as text: perf-lock-style tables, times scaled ns/us/ms/s.
-use crate::model::{MapFill, TraceReport, class_label};
+use crate::model::{ByKey, MapFill, TraceReport, class_label};
 
 /// `1.23 ms`-style durations, as perf lock contention prints them.
 pub fn human_ns(ns: u64) -> String {
@@ -31,6 +31,18 @@ pub fn render(report: &TraceReport, top: usize) -> String {
         out.push_str(&maps_line(&report.maps));
     }
     out.push('\n');
+    match report.by {
+        ByKey::Caller => out.push_str(&super::callers::caller_table(report, top)),
+        ByKey::Task => out.push_str(&super::callers::task_table(report, top)),
+        ByKey::Lock => out.push_str(&lock_table(report, top)),
+    }
+    out.push_str(&totals_and_drops(report));
+    out
+}
+
+/// One row per lock, then who held the shown ones and their top stacks.
+fn lock_table(report: &TraceReport, top: usize) -> String {
+    let mut out = String::new();
     if report.locks.is_empty() {
         out.push_str("no traced lock was seen\n");
     } else {
@@ -81,8 +93,14 @@ pub fn render(report: &TraceReport, top: usize) -> String {
             ));
         }
         out.push_str(&super::why::render_owners(report, top));
+        out.push_str(&super::callers::top_callers(report, top));
     }
-    out.push_str("\nper class:\n");
+    out
+}
+
+/// Per-class totals, pipelock's own cost and what was not recorded.
+fn totals_and_drops(report: &TraceReport) -> String {
+    let mut out = String::from("\nper class:\n");
     for t in &report.totals {
         out.push_str(&format!(
             "  {:<20} {:>4} lock(s)  {:>10} contended  wait total {}  max {}\n",

@@ -6,7 +6,8 @@ use std::collections::{HashMap, VecDeque};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::model::{
-    HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Snapshot, Timing, TraceReport, class_label,
+    CallerRow, HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Snapshot, Timing, TraceReport,
+    class_label,
 };
 
 /// Owners per row kept for the detail pane.
@@ -45,6 +46,8 @@ pub struct TopRow {
     /// and what the owners were doing meanwhile.
     pub owners: Vec<OwnerRow>,
     pub holder: HolderState,
+    /// Since start: its busiest call stack (`--callers`).
+    pub top_caller: Option<CallerRow>,
 }
 
 /// Table order; `s` cycles through them, largest first.
@@ -331,6 +334,7 @@ fn join_rows(interval: &TraceReport, total: &TraceReport, seconds: f64) -> Vec<T
                 total_hold: t.hold.clone(),
                 owners: t.owners.iter().take(OWNERS_KEPT).cloned().collect(),
                 holder: t.holder,
+                top_caller: t.callers.first().cloned(),
             }
         })
         .collect()

@@ -6,8 +6,8 @@ use pipelock_common::Histogram;
 
 use super::app::{App, Sample};
 use crate::model::{
-    HolderState, LockClass, LockRow, MapFill, OwnerRow, PERCENTILE_RESOLUTION, ProgramStats, Snapshot,
-    Timing, TraceReport,
+    CallerRow, HolderState, LockClass, LockRow, MapFill, OwnerRow, PERCENTILE_RESOLUTION, ProgramStats,
+    Snapshot, Timing, TraceReport,
 };
 
 pub fn key(code: KeyCode) -> KeyEvent {
@@ -42,6 +42,7 @@ fn row(addr: u64, class: LockClass, name: &str, contentions: u64, wait: &[u64]) 
         hold: timing(&[100, 200]),
         owners: Vec::new(),
         holder: Default::default(),
+        callers: Vec::new(),
     }
 }
 
@@ -64,6 +65,9 @@ pub fn report(locks: Vec<LockRow>, duration_s: f64) -> TraceReport {
         }],
         maps: Vec::new(),
         tracer_cpu_s: None,
+        by: Default::default(),
+        by_caller: Vec::new(),
+        by_task: Vec::new(),
     }
 }
 
@@ -99,6 +103,15 @@ pub fn app_with(n: u64) -> App {
                     holder,
                 }];
                 row.holder = holder;
+                row.callers = vec![CallerRow {
+                    class: Some(class),
+                    stack: vec!["anon_pipe_write+0x50".into(), "vfs_write+0x2a4".into()],
+                    acquisitions: Some(3),
+                    contentions: 2,
+                    wait_total_ns: 1000,
+                    wait_max_ns: 900,
+                    hold_total_ns: Some(10),
+                }];
             }
             row
         })

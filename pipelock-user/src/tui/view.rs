@@ -276,9 +276,27 @@ fn draw_detail(frame: &mut Frame, area: Rect, app: &App) {
     ])
     .areas(inner);
     let owners = if row.owners.is_empty() { 0 } else { 5 };
-    let [held_by, trend] = Layout::vertical([Constraint::Length(owners), Constraint::Min(2)]).areas(right);
+    let caller = row
+        .top_caller
+        .as_ref()
+        .map_or(0, |c| 1 + c.stack.len().min(4) as u16);
+    let [held_by, called_from, trend] = Layout::vertical([
+        Constraint::Length(owners),
+        Constraint::Length(caller),
+        Constraint::Min(2),
+    ])
+    .areas(right);
     if owners > 0 {
         frame.render_widget(Paragraph::new(owner_lines(row)), held_by);
+    }
+    if let Some(top) = &row.top_caller {
+        let mut lines = vec![Line::from(format!(
+            "top call stack ({} contended, wait {})",
+            top.contentions,
+            human_ns(top.wait_total_ns)
+        ))];
+        lines.extend(top.stack.iter().take(4).map(|f| Line::from(format!("  {f}"))));
+        frame.render_widget(Paragraph::new(lines), called_from);
     }
     let histogram = |title: &str, t: Option<&Timing>, area: Rect| {
         let bar = usize::from(area.width.saturating_sub(36)).clamp(4, 40);
@@ -417,6 +435,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("writer(4242) 1.00 us"), "{text}");
+        assert!(
+            text.contains("top call stack (2 contended, wait 1.00 us)"),
+            "{text}"
+        );
+        assert!(text.contains("  vfs_write+0x2a4"), "{text}");
     }
 
     #[test]

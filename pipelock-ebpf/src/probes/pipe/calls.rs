@@ -57,6 +57,7 @@ pub(super) fn enter_state(pid_tgid: u64) -> Option<&'static mut TaskPipe> {
     state.owner = pid_tgid;
     state.noted_pipe = 0;
     state.registered = 0;
+    crate::maps::name_current(cfg, pid_tgid);
     Some(state)
 }
 

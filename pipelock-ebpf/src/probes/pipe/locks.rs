@@ -1,14 +1,16 @@
 //! Timing a call's pipe locks: lock call → acquired (wait) → released
 //! (hold), recorded per lock at the release.
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns};
+use aya_ebpf::{
+    EbpfContext, bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, programs::tracing::StackIdContext,
+};
 use pipelock_common::{
-    LCB_F_SPIN, LockInfo, LockKey, TaskPipe, class,
+    LCB_F_SPIN, LockInfo, LockKey, TaskPipe, class, detail,
     pipe_lock::{self, COUNT, PIPES, SLOTS},
 };
 
 use super::calls::{PIPE_PENDING, adopt_pipe, current_state, which_lock};
 use crate::{
-    maps::{LOCK_INFO, bump, config, record, stats_of},
+    maps::{LOCK_INFO, bump, config, record, record_part, stack_id, stats_of},
     probes::holder::{mutex_owner, name_task, owners_wanted, record_owner, unwatch, watch},
 };
 
@@ -27,7 +29,7 @@ pub(super) fn class_wanted(index: usize) -> bool {
 
 /// mutex_lock entry: acquired now unless a `contention_begin` follows.
 #[inline(always)]
-pub(super) fn mutex_lock_call(lock: u64) {
+pub(super) fn mutex_lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64) {
     let Some(state) = current_state() else {
         return;
     };
@@ -49,6 +51,7 @@ pub(super) fn mutex_lock_call(lock: u64) {
     state.wait_ns[index] = 0;
     state.contended[index] = 0;
     state.flags_and[index] = u32::MAX;
+    state.stack_id[index] = stack_id(config(), ctx);
     forget_owner(state, index / COUNT);
     register(state, index, lock);
 }
@@ -126,7 +129,7 @@ pub(super) fn mutex_contention_end(lock: u64) {
 }
 
 #[inline(always)]
-pub(super) fn lock_call(lock: u64) {
+pub(super) fn lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64) {
     let Some(state) = current_state() else {
         return;
     };
@@ -136,6 +139,7 @@ pub(super) fn lock_call(lock: u64) {
         state.wait_start[index] = now();
         state.contended[index] = 0;
         state.flags_and[index] = u32::MAX;
+        state.stack_id[index] = stack_id(config(), ctx);
     }
 }
 
@@ -244,12 +248,29 @@ pub(super) fn released(lock: u64) {
     // The acquisition is counted with its release: one lookup of the
     // statistics per lock/unlock pair instead of two.
     bump(&mut stats.acquisitions, 1);
-    if state.contended[index] != 0 {
+    let contended = state.contended[index] != 0;
+    if contended {
         bump(&mut stats.contentions, 1);
         if state.flags_and[index] & LCB_F_SPIN != 0 {
             bump(&mut stats.spin_only, 1);
         }
     }
-    record(&mut stats.wait, state.wait_ns[index]);
-    record(&mut stats.hold, now() - start);
+    let (wait, hold) = (state.wait_ns[index], now() - start);
+    record(&mut stats.wait, wait);
+    record(&mut stats.hold, hold);
+    let cfg = config();
+    if cfg.details & (1 << detail::CALLER) != 0 {
+        let _ = record_part(
+            key,
+            detail::CALLER,
+            state.stack_id[index],
+            true,
+            contended,
+            wait,
+            hold,
+        );
+    }
+    if cfg.details & (1 << detail::TASK) != 0 {
+        let _ = record_part(key, detail::TASK, state.owner as u32, true, contended, wait, hold);
+    }
 }

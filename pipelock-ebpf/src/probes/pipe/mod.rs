@@ -64,7 +64,7 @@ pub fn pipe_write_exit(_ctx: FExitContext) -> i32 {
 
 #[fentry]
 pub fn mutex_lock_entry(ctx: FEntryContext) -> i32 {
-    mutex_lock_call(ctx.arg(0));
+    mutex_lock_call(&ctx, ctx.arg(0));
     0
 }
 
@@ -82,7 +82,7 @@ pub fn pipe_free_entry(_ctx: FEntryContext) -> i32 {
 
 #[fentry]
 pub fn spin_lock_irqsave_entry(ctx: FEntryContext) -> i32 {
-    lock_call(ctx.arg(0));
+    lock_call(&ctx, ctx.arg(0));
     0
 }
 
@@ -100,7 +100,7 @@ pub fn spin_unlock_irqrestore_entry(ctx: FEntryContext) -> i32 {
 
 #[fentry]
 pub fn spin_lock_irq_entry(ctx: FEntryContext) -> i32 {
-    lock_call(ctx.arg(0));
+    lock_call(&ctx, ctx.arg(0));
     0
 }
 
@@ -217,7 +217,7 @@ pub fn kp_pipe_write_exit(_ctx: RetProbeContext) -> u32 {
 #[kprobe]
 pub fn kp_mutex_lock_entry(ctx: ProbeContext) -> u32 {
     if let Some(lock) = ctx.arg::<u64>(0) {
-        mutex_lock_call(lock);
+        mutex_lock_call(&ctx, lock);
     }
     0
 }
@@ -239,7 +239,7 @@ pub fn kp_pipe_free_entry(_ctx: ProbeContext) -> u32 {
 #[kprobe]
 pub fn kp_spin_lock_entry(ctx: ProbeContext) -> u32 {
     if let Some(lock) = ctx.arg::<u64>(0) {
-        lock_call(lock);
+        lock_call(&ctx, lock);
     }
     0
 }
