@@ -1474,23 +1474,34 @@ fn trace_counts_agree_with_perf_lock() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
-    let json = scratch("perf-trace.json");
-    let out = run(pipelock()
-        .args(["trace", "--mode", "tracepoint", "--json"])
-        .arg(&json)
-        .args(["--", perf, "lock", "record", "-o", data_arg, "--", &bin])
-        .args(["run", "pipe-herd", "-k", "5", "--limit", "100000", "-q"]))?;
-    let text_json = fs::read_to_string(&json);
-    let _ = fs::remove_file(&json);
-    ensure!(
-        out.status.success(),
-        "trace + perf lock record: {}",
-        text(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(&text_json?)?;
-    let compared = compare_with_perf(perf, &data, &report)?;
-    println!("  compared {compared} pipe lock(s) with perf lock record");
-    Ok(Outcome::Passed)
+    // perf's own recording can miss a run's events (seen once in CI: one
+    // address 16 % short on perf's side, never again in 30 reruns): a
+    // mismatch is measured again once, and two in a row fail.
+    for attempt in 1..=2 {
+        let json = scratch("perf-trace.json");
+        let out = run(pipelock()
+            .args(["trace", "--mode", "tracepoint", "--json"])
+            .arg(&json)
+            .args(["--", perf, "lock", "record", "-o", data_arg, "--", &bin])
+            .args(["run", "pipe-herd", "-k", "5", "--limit", "100000", "-q"]))?;
+        let text_json = fs::read_to_string(&json);
+        let _ = fs::remove_file(&json);
+        ensure!(
+            out.status.success(),
+            "trace + perf lock record: {}",
+            text(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_str(&text_json?)?;
+        match compare_with_perf(perf, &data, &report) {
+            Ok(compared) => {
+                println!("  compared {compared} pipe lock(s) with perf lock record");
+                return Ok(Outcome::Passed);
+            }
+            Err(err) if attempt == 1 => println!("  attempt 1 disagreed ({err:#}); measuring again"),
+            Err(err) => return Err(err.context("twice in a row")),
+        }
+    }
+    unreachable!("the second attempt returns")
 }
 
 /// The installed perf binary, if any.
