@@ -5,8 +5,13 @@
 //! the `aya::Pod` impls userspace needs to read them.
 #![no_std]
 
+mod drops;
 pub mod maps;
 pub mod programs;
+mod why;
+
+pub use drops::Drop;
+pub use why::{DetailKey, DetailStats, HolderClock, NO_STACK, STACK_FRAMES, TaskName, detail, holder};
 
 /// Values of `TASK_FILTER` (bits), and of `TraceConfig::filter_tasks`.
 pub mod task_filter {
@@ -39,76 +44,6 @@ pub mod class {
     pub const OTHER_IN_PIPE_CALL: u32 = 4;
     /// `dentry->d_lockref`, measured at the callers of `lockref_*`.
     pub const LOCKREF: u32 = 5;
-}
-
-/// Why an event was not recorded; indexes the `DROPS` per-CPU array.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Drop {
-    /// `TASK_LOCKREF` was full: a lockref call went untimed.
-    PendingFull = 0,
-    /// `LOCK_STATS` was full: a new lock could not be added.
-    StatsFull = 1,
-    /// A spinlock's `contention_begin` found the thread still waiting for
-    /// that lock, or a thread had [`OPEN_WAITS`] waits open and began
-    /// another: a wait's end was never seen (it fired inside another BPF
-    /// program), so that wait is lost (the oldest, for a full slot).
-    StalePending = 2,
-    /// `LOCK_USERS` was full: a process on a lock was not recorded.
-    UsersFull = 3,
-    /// `TASK_FILTER` was full: a child of the traced command is not followed.
-    FollowFull = 4,
-    /// Tracepoint mode: a contention inside a pipe call's syscall that ran
-    /// in interrupt context (on an interrupt stack): not that call's, so
-    /// not recorded.
-    InInterrupt = 5,
-    /// Hooked modes: a pipe call found its thread's slot in `TASK_PIPE`
-    /// (indexed by thread id modulo [`TASK_SLOTS`]) held by another thread
-    /// inside a pipe call: the call was not traced. Tracepoint mode: a
-    /// thread took over a `TASK_WAITS` slot in which another thread had a
-    /// wait open: that wait is lost.
-    SlotBusy = 6,
-    /// `DETAIL_A/B` were full: a part of a lock's figures (by owner, caller
-    /// or task) was not recorded (the lock's own figures were).
-    DetailFull = 7,
-    /// `WATCHED` was full: a waiter's wait was not split by what the
-    /// owner was doing.
-    WatchFull = 8,
-    /// A call stack could not be stored (`STACKS` full, or a hash
-    /// collision there): that wait's caller is unknown.
-    StackLost = 9,
-}
-
-impl Drop {
-    pub const COUNT: u32 = 10;
-    pub const ALL: [Self; 10] = [
-        Self::PendingFull,
-        Self::StatsFull,
-        Self::StalePending,
-        Self::UsersFull,
-        Self::FollowFull,
-        Self::InInterrupt,
-        Self::SlotBusy,
-        Self::DetailFull,
-        Self::WatchFull,
-        Self::StackLost,
-    ];
-
-    /// How the report names it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::PendingFull => "pending_full",
-            Self::StatsFull => "stats_full",
-            Self::StalePending => "stale_pending",
-            Self::UsersFull => "users_full",
-            Self::FollowFull => "follow_full",
-            Self::InInterrupt => "in_interrupt",
-            Self::SlotBusy => "slot_busy",
-            Self::DetailFull => "detail_full",
-            Self::WatchFull => "watch_full",
-            Self::StackLost => "stack_lost",
-        }
-    }
 }
 
 /// `LCB_F_MUTEX`: a mutex, whose one acquisition may emit several begins.
@@ -220,13 +155,6 @@ pub struct Pending {
     pub _pad: u32,
 }
 
-/// A stack id that names no stack (not recorded, or lost).
-pub const NO_STACK: u32 = u32::MAX;
-
-/// Frames `STACKS` keeps per call stack: the tracing and locking frames
-/// at its top, then the callers (`--stack-depth` of them are shown).
-pub const STACK_FRAMES: usize = 32;
-
 /// Waits one thread can have open at once: a mutex wait, the slow path's
 /// `wait_lock` spin inside it, and an interrupt's spin on top.
 pub const OPEN_WAITS: usize = 3;
@@ -247,90 +175,6 @@ pub struct TaskWaits {
     /// The lock this thread last named in `LOCK_INFO` and recorded itself
     /// on in `LOCK_USERS`: a waiter comes back to the same pipe's locks.
     pub recorded: LockKey,
-}
-
-/// What a lock's owner was doing while a waiter waited for it.
-pub mod holder {
-    /// Running on a CPU: the critical section's own work.
-    pub const ON_CPU: usize = 0;
-    /// Runnable, not running: preempted (lock-holder preemption).
-    pub const RUNNABLE: usize = 1;
-    /// Sleeping with the lock held (a page fault, reclaim, I/O).
-    pub const SLEEPING: usize = 2;
-    pub const STATES: usize = 3;
-}
-
-/// A watched lock owner's time in each [`holder`] state, kept by the
-/// scheduler tracepoints while at least one waiter waits for it (`WATCHED`,
-/// keyed by its `task_struct`). A waiter takes the clock when it starts
-/// waiting and again when it stops: the difference splits its wait.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HolderClock {
-    /// Waits watching this task (the entry goes when the last ends).
-    pub waiters: u64,
-    pub state: u32,
-    pub _pad: u32,
-    /// When it entered `state`.
-    pub since_ns: u64,
-    /// Time in each state before `since_ns`, since the entry was made.
-    pub total_ns: [u64; holder::STATES],
-}
-
-impl HolderClock {
-    /// Time in each state up to `now`.
-    #[inline(always)]
-    pub fn at(&self, now: u64) -> [u64; holder::STATES] {
-        let mut times = self.total_ns;
-        if let Some(current) = times.get_mut(self.state as usize) {
-            *current += now.saturating_sub(self.since_ns);
-        }
-        times
-    }
-}
-
-/// What a [`DetailKey`] breaks one lock's figures down by.
-pub mod detail {
-    /// `id`: the thread that owned the mutex when a waiter began waiting
-    /// (0: it could not be read; the lock was being handed over).
-    pub const OWNER: u32 = 0;
-    /// `id`: the waiter's kernel call stack (its id in `STACKS`).
-    pub const CALLER: u32 = 1;
-    /// `id`: the waiting (hooked modes: acquiring) thread.
-    pub const TASK: u32 = 2;
-}
-
-/// One part of a lock's figures: by owner, by caller or by task.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DetailKey {
-    pub lock: LockKey,
-    pub kind: u32,
-    pub id: u32,
-}
-
-/// A part's figures (atomic adds, like [`LockStats`]).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DetailStats {
-    /// Every acquisition (hooked modes; 0 in tracepoint mode).
-    pub acquisitions: u64,
-    pub contentions: u64,
-    pub wait_ns: u64,
-    pub wait_max_ns: u64,
-    pub hold_ns: u64,
-    /// By owner: of `wait_ns`, the time the owner was in each [`holder`]
-    /// state (0 for every state where it was not watched).
-    pub holder_ns: [u64; holder::STATES],
-}
-
-/// A thread's names, for owner and per-task rows (`TASK_NAMES`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TaskName {
-    pub tgid: u32,
-    pub _pad: u32,
-    pub comm: [u8; 16],
 }
 
 /// Per-lock statistics (one value for all CPUs, updated with atomic adds).

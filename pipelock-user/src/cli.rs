@@ -60,6 +60,9 @@ pub enum Command {
     Trace(TraceArgs),
     /// A live, full-screen view of the traced locks (like top or bpftop).
     Top(TopArgs),
+    /// Export the traced locks as Prometheus/OpenMetrics metrics over HTTP
+    /// (`/metrics`, `/healthz`), system-wide, until SIGTERM or Ctrl-C.
+    Serve(ServeArgs),
     /// Measure what tracing costs: workloads untraced vs traced in each mode
     /// (and under `perf lock record`), alternating, as ratios.
     Overhead(OverheadArgs),
@@ -215,6 +218,22 @@ impl TraceArgs {
             locks: self.lock_filter.clone(),
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub tracing: TracingArgs,
+    /// Where to answer scrapes, HOST:PORT.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9435")]
+    pub listen: String,
+    /// Locks exported one by one (busiest by wait), each with a `lock`
+    /// label; the others count only in their class.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub per_lock_top: usize,
+    /// How often the kernel maps are drained into the exported totals.
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub interval: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -30,6 +30,14 @@ enum Scope {
 
 #[path = "integration/callers.rs"]
 mod callers;
+#[path = "integration/serve.rs"]
+mod serve;
+#[path = "integration/soak.rs"]
+mod soak;
+use serve::{
+    a_real_prometheus_scrapes_the_exporter, serve_exports_what_a_trace_of_the_same_herd_sees,
+    serve_runs_with_the_units_capabilities, serve_stops_on_signals_and_refuses_bad_addresses,
+};
 #[path = "integration/memory.rs"]
 mod memory;
 #[path = "integration/splice.rs"]
@@ -77,6 +85,10 @@ const TESTS: &[Test] = tests![
     Kernel holder_preempted_by_a_realtime_task_is_seen_runnable,
     Kernel callers_and_tasks_account_for_every_acquisition,
     Host caller_and_lock_filters_keep_what_they_name,
+    Kernel serve_exports_what_a_trace_of_the_same_herd_sees,
+    Host serve_stops_on_signals_and_refuses_bad_addresses,
+    Host a_real_prometheus_scrapes_the_exporter,
+    Host serve_runs_with_the_units_capabilities,
     Kernel trace_of_an_unshared_pipe_has_no_pipe_rows,
     Host trace_counts_agree_with_perf_lock,
     Kernel fentry_counts_every_pipe_mutex_acquisition,
@@ -350,6 +362,9 @@ fn main() {
     }
     if args.get(1).is_some_and(|a| a == "--uring-pipe-io") {
         splice::uring_pipe_io(&args[2..]);
+    }
+    if args.get(1).is_some_and(|a| a == "--soak") {
+        soak::soak(&args[2..]);
     }
     if args.get(1).is_some_and(|a| a == "--uffd-holder") {
         why::uffd_holder(&args[2..]);
@@ -1056,6 +1071,12 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
         (&["trace", "--stack-depth", "0"], 2, "--stack-depth"),
         (&["trace", "--stack-depth", "99"], 2, "--stack-depth"),
         (&["trace", "--by", "thread"], 2, "invalid value 'thread'"),
+        (
+            &["serve", "--listen", "nonsense"],
+            1,
+            "--listen nonsense: not an address",
+        ),
+        (&["serve", "--listen", "127.0.0.1:99999"], 1, "not an address"),
         (&["trace", "--caller", "[pipe"], 2, "not a glob"),
         (
             &["trace", "--lock-filter", "0xzz"],

@@ -215,17 +215,25 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
     run(cargo(root, &tools)?.args(["test", "--release", "--lib", "--bins"]))?;
     // perf is the independent tool the trace counts are checked against.
     // perf: the independent cross-check; tmux: the real terminal of the top view's test.
+    // prometheus: the real scraper the exporter is tested against.
     bootstrap::ensure_debian_packages(&[
         ("linux-perf", &|| bootstrap::which("perf").is_some()),
         ("tmux", &|| bootstrap::which("tmux").is_some()),
+        ("prometheus", &|| bootstrap::which("promtool").is_some()),
     ])?;
     // The eBPF object check, the CLI contract and the privileged host tests;
     // prints `integration: N passed, N failed, N skipped`.
     run(cargo(root, &tools)?.args(["test", "--release", "--test", "integration"]))?;
     if no_vm {
         println!("vm-test: 0 passed, 0 failed, 1 skipped (skipped: --no-vm)");
-        return Ok(());
+        println!(
+            "xtask: a 60 s soak of `pipelock serve` instead of the 600 s one that runs beside the VM tests"
+        );
+        return soak(root, &tools, 60)?.finish();
     }
+    // The exporter's soak runs beside the VM tests: they keep one CPU busy
+    // with qemu for longer than the soak takes, and the soak needs little.
+    let soak = soak(root, &tools, SOAK_SECONDS)?;
     let vm_args = VmArgs {
         only: Vec::new(),
         timeout: 600,
@@ -233,5 +241,54 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
         verbose: false,
         tests: Vec::new(),
     };
-    vm::vm_test(root, &tools, &vm_args.options()).map(drop)
+    let vms = vm::vm_test(root, &tools, &vm_args.options()).map(drop);
+    let soaked = soak.finish();
+    vms.and(soaked)
+}
+
+/// How long `cargo xtask test` runs `pipelock serve` over churning pipes.
+const SOAK_SECONDS: u64 = 600;
+
+/// The soak of `pipelock serve` (`integration --soak SECONDS`), running.
+struct Soak {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+fn soak(root: &Path, tools: &bootstrap::Tools, seconds: u64) -> Result<Soak> {
+    let log = root.join("target/soak.log");
+    let file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let mut cmd = cargo(root, tools)?;
+    cmd.args([
+        "test",
+        "--release",
+        "--test",
+        "integration",
+        "--",
+        "--soak",
+        &seconds.to_string(),
+    ])
+    .stdout(file.try_clone()?)
+    .stderr(file);
+    eprintln!("xtask: running {cmd:?} in the background ({})", log.display());
+    let child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
+    Ok(Soak { child, log })
+}
+
+impl Soak {
+    /// Waits for the soak and prints its result line.
+    fn finish(mut self) -> Result<()> {
+        let status = self.child.wait()?;
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        for line in log.lines().filter(|l| l.starts_with("soak:")) {
+            println!("{line}");
+        }
+        if !status.success() {
+            bail!(
+                "the soak of pipelock serve failed ({status}); see {}",
+                self.log.display()
+            );
+        }
+        Ok(())
+    }
 }

@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod config;
 pub mod hooks;
+pub mod log;
 pub mod maps;
 pub mod memory;
 pub mod object;

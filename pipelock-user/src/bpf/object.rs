@@ -2,7 +2,8 @@
 use aya::{Ebpf, EbpfLoader, programs::ProgramError};
 use pipelock_common::{TRACE_CONFIG_GLOBAL, TraceConfig};
 
-use crate::{Error, error::one_line};
+use super::log::LogReader;
+use crate::Error;
 
 /// The object built from `pipelock-ebpf` (empty in a `PIPELOCK_EBPF_STUB=1` build).
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pipelock"));
@@ -12,7 +13,9 @@ pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 /// go without).
 ///
 /// With `log`, kernel-side aya-log messages are forwarded to the `log` crate.
-pub fn load(config: Option<&TraceConfig>, log: bool) -> Result<Ebpf, Error> {
+/// `log`: forward the programs' log records for as long as the returned
+/// reader lives (keep it while programs of `ebpf` may still be loaded).
+pub fn load(config: Option<&TraceConfig>, log: bool) -> Result<(Ebpf, Option<LogReader>), Error> {
     if OBJECT.is_empty() {
         return Err(Error::StubObject);
     }
@@ -21,13 +24,9 @@ pub fn load(config: Option<&TraceConfig>, log: bool) -> Result<Ebpf, Error> {
         loader.override_global(TRACE_CONFIG_GLOBAL, config, true);
     }
     let mut ebpf = loader.load(OBJECT).map_err(|source| Error::Load { source })?;
-    if log {
-        // Logging is best effort: an object without log statements has no log map.
-        if let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {
-            log::warn!("eBPF logging unavailable: {}", one_line(&err));
-        }
-    }
-    Ok(ebpf)
+    // Best effort: without it the programs run, their records are lost.
+    let log = if log { LogReader::start(&mut ebpf) } else { None };
+    Ok((ebpf, log))
 }
 
 /// The named program of `ebpf`, as its concrete type.

@@ -116,7 +116,7 @@ pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> 
     let config = KernelInspector::live()
         .btf()
         .and_then(|btf| super::config::trace_config(&btf, &Filters::default()));
-    let mut ebpf = ebpf::load(config.as_ref().ok(), ebpf_log)?;
+    let (mut ebpf, _log) = ebpf::load(config.as_ref().ok(), ebpf_log)?;
     let (category, name) = CONTENTION_BEGIN_TRACEPOINT;
 
     // tp_btf first, as `auto` would; the classic tracepoint is the fallback.

@@ -30,7 +30,7 @@ pub fn check_support(
     btf_target: Option<&str>,
     kprobe_target: Option<&str>,
 ) -> Result<AttachSupport, Error> {
-    let mut ebpf = load(None, false)?;
+    let (mut ebpf, _) = load(None, false)?;
     let kernel_btf = if inspector.has_btf() {
         Some(Btf::from_sys_fs().map_err(|err| Support::Refused(one_line(&err))))
     } else {

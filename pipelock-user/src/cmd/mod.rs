@@ -4,6 +4,7 @@ pub mod compare;
 pub mod overhead;
 pub mod probe;
 pub mod run;
+pub mod serve;
 pub mod top;
 pub mod trace;
 
@@ -29,6 +30,14 @@ pub fn run(cli: Cli) -> Result<(), Error> {
                 (None, false) => top::Load::Command(args.command),
                 (None, true) => top::Load::None,
             },
+            ebpf_log: cli.ebpf_log,
+        }),
+        Command::Serve(args) => serve::run(serve::Options {
+            listen: args.listen,
+            mode: args.tracing.mode,
+            filters: args.tracing.filters(false),
+            per_lock_top: args.per_lock_top,
+            interval: args.interval,
             ebpf_log: cli.ebpf_log,
         }),
         Command::Run(args) => run::run(args.workload, cli.ebpf_log),

@@ -18,6 +18,7 @@ use crate::{
     Error,
     bpf::{
         self, AttachMode, Filters, HookBodies, TracepointKind,
+        log::LogReader,
         maps::{self, Identities},
         memory::MapSizes,
         plan::coverage_notes,
@@ -41,6 +42,8 @@ pub struct Attached {
 /// Attached programs; dropping it detaches them.
 pub struct Tracer {
     ebpf: Ebpf,
+    /// The programs' log records, forwarded while the tracer lives.
+    _log: Option<LogReader>,
     attached: Attached,
     bodies: HookBodies,
     started: Instant,
@@ -106,20 +109,25 @@ impl Tracer {
         let btf = inspector.btf()?;
         let config = bpf::config::trace_config(&btf, filters)?;
         let sizes = MapSizes::with_stacks(filters.max_locks, filters.stack_map_size)?;
+        // Each object gets its log reader: it holds the log map's
+        // descriptor, which the object's programs need until they are loaded.
         let load = || {
             let mut loader = EbpfLoader::new();
             loader.override_global(TRACE_CONFIG_GLOBAL, &config, true);
             for (map, entries) in sizes.overrides() {
                 loader.map_max_entries(map, entries);
             }
-            loader
+            let mut ebpf = loader
                 .load(bpf::object::OBJECT)
-                .map_err(|source| Error::Load { source })
+                .map_err(|source| Error::Load { source })?;
+            let log = if ebpf_log {
+                LogReader::start(&mut ebpf)
+            } else {
+                None
+            };
+            Ok::<_, Error>((ebpf, log))
         };
-        let mut ebpf = load()?;
-        if ebpf_log && let Err(err) = aya_log::EbpfLogger::init(&mut ebpf) {
-            log::warn!("eBPF logging unavailable: {}", one_line(&err));
-        }
+        let (mut ebpf, mut log) = load()?;
         let classes = filters.classes();
         let attached = |mode, tracepoint, fallback| Attached {
             mode,
@@ -145,11 +153,11 @@ impl Tracer {
                 Ok(notes) => (attached(AttachMode::Fentry, None, None), notes),
                 Err(fentry_err) => {
                     let why = format!("fentry: {}", one_line(&fentry_err));
-                    ebpf = load()?;
+                    (ebpf, log) = load()?;
                     match kprobe(&mut ebpf) {
                         Ok(notes) => (attached(AttachMode::Kprobe, None, Some(why)), notes),
                         Err(kprobe_err) => {
-                            ebpf = load()?;
+                            (ebpf, log) = load()?;
                             let kind = bpf::attach::contention_tracepoints(&mut ebpf)?;
                             let why = format!("{why}; kprobe: {}", one_line(&kprobe_err));
                             (
@@ -188,6 +196,7 @@ impl Tracer {
         let symbols = inspector.symbols().unwrap_or_default();
         Ok(Self {
             ebpf,
+            _log: log,
             attached,
             bodies,
             started: Instant::now(),

@@ -3,6 +3,7 @@
 pub mod callers;
 pub mod csv;
 pub mod histogram;
+pub mod metrics;
 pub mod text;
 pub mod why;
 

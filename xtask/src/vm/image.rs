@@ -96,6 +96,8 @@ mount -t tracefs tracefs /sys/kernel/tracing
 mount -t debugfs debugfs /sys/kernel/debug
 mount -t bpf bpf /sys/fs/bpf
 mount -t tmpfs tmp /tmp
+# Loopback: the exporter's tests scrape it over 127.0.0.1.
+ifconfig lo 127.0.0.1 up
 export PIPELOCK_BIN=/pipelock PIPELOCK_IN_VM=1 PIPELOCK_EXPECT_PROGRAM_TYPES={expected} PATH=/bin
 echo "pipelock-vm: {name}: $(cat /proc/sys/kernel/osrelease), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 {guest}

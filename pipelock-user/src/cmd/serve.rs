@@ -1,0 +1,227 @@
+//! `pipelock serve`: a Prometheus/OpenMetrics exporter.
+//!
+//! A collector thread owns the [`Tracer`] (its map reads are blocking
+//! syscalls) and ticks an [`IntervalCollector`]; each tick's running total
+//! is published through a `watch` channel. On tokio, axum answers
+//! `/metrics` from the latest published total, so a scrape never waits for
+//! collection and collection never waits for a scrape, and `/healthz`
+//! says whether collection is alive. SIGTERM/SIGINT stop the server, the
+//! collector detaches the programs and the process exits 0; a second
+//! signal exits at once.
+use std::{
+    net::{SocketAddr, TcpListener},
+    sync::{Arc, mpsc},
+    thread,
+    time::{Duration, Instant},
+};
+
+use axum::{
+    Router,
+    extract::State,
+    http::{HeaderMap, StatusCode, header},
+    response::IntoResponse,
+    routing::get,
+};
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::watch,
+};
+
+use crate::{
+    Error,
+    bpf::{AttachMode, Filters},
+    collect::{IntervalCollector, Tracer},
+    render::metrics::{Exposition, openmetrics, prometheus_text},
+};
+
+pub struct Options {
+    pub listen: String,
+    pub mode: Option<AttachMode>,
+    pub filters: Filters,
+    pub per_lock_top: usize,
+    pub interval: Duration,
+    pub ebpf_log: bool,
+}
+
+/// What the collector last published, and when.
+#[derive(Clone)]
+struct Published {
+    exposition: Option<Arc<Exposition>>,
+    at: Instant,
+}
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `--listen`, parsed and bound before anything is attached.
+fn bind(listen: &str) -> Result<TcpListener, Error> {
+    let addr: SocketAddr = listen.parse().map_err(|_| {
+        Error::Usage(format!(
+            "--listen {listen}: not an address (HOST:PORT, e.g. 127.0.0.1:9435 or [::1]:9435)"
+        ))
+    })?;
+    let listener = TcpListener::bind(addr).map_err(|err| match err.kind() {
+        std::io::ErrorKind::AddrInUse => Error::Usage(format!("--listen {listen}: the address is in use")),
+        _ => Error::Usage(format!("--listen {listen}: cannot listen there ({err})")),
+    })?;
+    listener.set_nonblocking(true).map_err(|source| Error::Io {
+        what: "fcntl(O_NONBLOCK)",
+        source,
+    })?;
+    Ok(listener)
+}
+
+pub fn run(options: Options) -> Result<(), Error> {
+    if options.interval.is_zero() {
+        return Err(Error::Usage("--interval must be greater than 0".to_owned()));
+    }
+    let listener = bind(&options.listen)?;
+    let mut tracer = Tracer::attach(options.mode, &options.filters, options.ebpf_log)?;
+    // The tracer's own cost is one of the exported metrics.
+    tracer.enable_run_stats();
+    let classes = options.filters.classes();
+    let (published, subscribed) = watch::channel(Published {
+        exposition: None,
+        at: Instant::now(),
+    });
+    let (stop, stopped) = mpsc::channel::<()>();
+    let (interval, per_lock_top) = (options.interval, options.per_lock_top);
+    let collector = thread::Builder::new()
+        .name("collector".into())
+        .spawn(move || -> Result<(), Error> {
+            let mut collector = IntervalCollector::new(&tracer);
+            let mut next = Instant::now() + interval;
+            loop {
+                match stopped.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    // Dropping the tracer when this returns detaches everything.
+                    _ => return Ok(()),
+                }
+                next += interval;
+                let snapshot = collector.tick(&mut tracer)?;
+                let exposition = Exposition {
+                    report: snapshot.total,
+                    classes,
+                    per_lock_top,
+                    version: env!("CARGO_PKG_VERSION"),
+                };
+                published.send_replace(Published {
+                    exposition: Some(Arc::new(exposition)),
+                    at: Instant::now(),
+                });
+            }
+        })
+        .map_err(|source| Error::Io {
+            what: "spawn",
+            source,
+        })?;
+    eprintln!(
+        "pipelock: serving metrics on http://{}/metrics (Ctrl-C or SIGTERM to stop)",
+        options.listen
+    );
+    let served = serve(listener, subscribed, interval);
+    let _ = stop.send(());
+    let collected = collector.join().unwrap_or(Ok(()));
+    served.and(collected)
+}
+
+/// Runs the HTTP server until the first SIGTERM or SIGINT.
+fn serve(
+    listener: TcpListener,
+    subscribed: watch::Receiver<Published>,
+    interval: Duration,
+) -> Result<(), Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            what: "tokio runtime",
+            source,
+        })?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(|source| Error::Io {
+            what: "listen",
+            source,
+        })?;
+        let mut terminate = signal(SignalKind::terminate()).map_err(|source| Error::Io {
+            what: "sigaction",
+            source,
+        })?;
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(|source| Error::Io {
+            what: "sigaction",
+            source,
+        })?;
+        let app = Router::new()
+            .route("/metrics", get(metrics))
+            .route("/healthz", get(healthz))
+            .with_state((subscribed, interval));
+        let shutdown = async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            // A second signal while shutting down: out at once.
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = interrupt.recv() => {}
+                }
+                std::process::exit(130);
+            });
+        };
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|source| Error::Io {
+                what: "serve",
+                source,
+            })
+    })
+}
+
+type AppState = (watch::Receiver<Published>, Duration);
+
+/// OpenMetrics when the scraper asks for it (Prometheus does), the
+/// Prometheus text format otherwise.
+async fn metrics(State((subscribed, _)): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
+    let Some(exposition) = subscribed.borrow().exposition.clone() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "the first collection has not finished yet\n".to_owned(),
+        );
+    };
+    let wants_openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    let text = openmetrics(exposition);
+    if wants_openmetrics {
+        (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS)], text)
+    } else {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+            prometheus_text(&text),
+        )
+    }
+}
+
+/// 200 while collection runs (a tick within three intervals), else 503.
+async fn healthz(State((subscribed, interval)): State<AppState>) -> impl IntoResponse {
+    let last = subscribed.borrow().clone();
+    let age = last.at.elapsed();
+    if last.exposition.is_some() && age <= interval * 3 {
+        (StatusCode::OK, "ok\n".to_owned())
+    } else if last.exposition.is_none() && age <= interval * 3 {
+        (StatusCode::OK, "starting\n".to_owned())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "stale: the last collection finished {:.1} s ago\n",
+                age.as_secs_f64()
+            ),
+        )
+    }
+}

@@ -1,0 +1,582 @@
+//! A trace's running totals as Prometheus metrics (`pipelock serve`),
+//! encoded by prometheus-client through a custom collector: the programs'
+//! log2 buckets become cumulative `le` buckets, class totals and the
+//! busiest locks become labelled series, pipelock's own cost its own.
+//! OpenMetrics text is what the crate writes; the Prometheus text format
+//! (for scrapers that do not ask for OpenMetrics) differs from it only in
+//! how counters and units are declared, see [`prometheus_text`].
+use std::{collections::BTreeMap, sync::Arc};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeCounterValue, NoLabelSet},
+    metrics::MetricType,
+    registry::{Registry, Unit},
+};
+
+use crate::model::{ClassSet, LockClass, LockRow, Timing, TraceReport};
+
+/// Upper bounds of the exported buckets, in ns: `2^k` for k in 7..=35
+/// (128 ns to 34 s). Bucket `i` of the programs holds `[2^(i-1), 2^i)`,
+/// so it lands whole in `le = 2^max(i, 7)`; anything at or above 2^35 ns
+/// only in `+Inf`. A fixed set keeps each series' buckets the same from
+/// scrape to scrape, as `histogram_quantile` over time needs.
+const FIRST_BUCKET_LOG2: u32 = 7;
+const LAST_BUCKET_LOG2: u32 = 35;
+
+/// What one scrape shows: the running totals since `serve` started.
+#[derive(Clone, Debug)]
+pub struct Exposition {
+    pub report: TraceReport,
+    /// The classes traced (each gets its series from the start, at 0).
+    pub classes: ClassSet,
+    /// Locks exported one by one, busiest by wait first (`--per-lock-top`).
+    pub per_lock_top: usize,
+    pub version: &'static str,
+}
+
+/// `pipe-mutex` → `pipe_mutex` (label values in the usual metric style).
+fn class_value(class: Option<LockClass>) -> String {
+    class.map_or("unknown", LockClass::name).replace('-', "_")
+}
+
+/// A histogram as prometheus-client takes it: sum (s), count, and per
+/// bucket (upper bound in s, count in that bucket alone).
+struct Buckets {
+    sum: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+/// The buckets of `timings` merged, in seconds, ending with `+Inf`
+/// (`f64::MAX` is the crate's spelling).
+fn buckets<'a>(timings: impl IntoIterator<Item = &'a Timing>) -> Buckets {
+    let span = (LAST_BUCKET_LOG2 - FIRST_BUCKET_LOG2 + 1) as usize;
+    let mut counts = vec![0u64; span + 1];
+    let (mut sum_ns, mut count) = (0u128, 0u64);
+    for timing in timings {
+        sum_ns += u128::from(timing.total_ns);
+        count += timing.count;
+        for &(lower, n) in &timing.buckets {
+            // Upper bound of [lower, 2·lower): 2^i with i = bit length of lower.
+            let i = u64::BITS - lower.leading_zeros();
+            let slot = i.saturating_sub(FIRST_BUCKET_LOG2) as usize;
+            counts[slot.min(span)] += n;
+        }
+    }
+    let mut out: Vec<(f64, u64)> = (0..span)
+        .map(|k| ((1u64 << (FIRST_BUCKET_LOG2 as usize + k)) as f64 / 1e9, counts[k]))
+        .collect();
+    out.push((f64::MAX, counts[span]));
+    Buckets {
+        sum: sum_ns as f64 / 1e9,
+        count,
+        buckets: out,
+    }
+}
+
+/// The collector prometheus-client calls on each scrape.
+#[derive(Debug)]
+struct ReportCollector(Arc<Exposition>);
+
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Counts are `u64`, times `f64` seconds.
+fn counters<V: EncodeCounterValue>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    series: &[(Labels, V)],
+) -> Result<(), std::fmt::Error> {
+    if series.is_empty() {
+        return Ok(());
+    }
+    let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
+    for (labels, value) in series {
+        family
+            .encode_family(labels)?
+            .encode_counter::<NoLabelSet, _, f64>(value, None)?;
+    }
+    Ok(())
+}
+
+fn gauges(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    series: &[(Labels, f64)],
+) -> Result<(), std::fmt::Error> {
+    if series.is_empty() {
+        return Ok(());
+    }
+    let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+    for (labels, value) in series {
+        family.encode_family(labels)?.encode_gauge(value)?;
+    }
+    Ok(())
+}
+
+fn histograms(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, Buckets)],
+) -> Result<(), std::fmt::Error> {
+    if series.is_empty() {
+        return Ok(());
+    }
+    let mut family = encoder.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    for (labels, h) in series {
+        family
+            .encode_family(labels)?
+            .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?;
+    }
+    Ok(())
+}
+
+/// Whether a row is one lock (not a sum of retired ones).
+fn is_one_lock(row: &LockRow) -> bool {
+    !row.name.starts_with('(')
+}
+
+impl Collector for ReportCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let exposed = &self.0;
+        let report = &exposed.report;
+        let hooked = report.locks.iter().any(|r| r.acquisitions.is_some());
+        let mut by_class: BTreeMap<String, Vec<&LockRow>> = exposed
+            .classes
+            .iter()
+            .map(|c| (class_value(Some(c)), Vec::new()))
+            .collect();
+        for row in &report.locks {
+            by_class.entry(class_value(row.class)).or_default().push(row);
+        }
+        gauges(
+            &mut encoder,
+            "info",
+            "pipelock's kernel and attach mode (always 1)",
+            None,
+            &[(
+                labels(&[
+                    ("kernel", &report.kernel),
+                    ("mode", &report.mode),
+                    ("version", exposed.version),
+                ]),
+                1.0,
+            )],
+        )?;
+        let class_series = |pick: &dyn Fn(&LockRow) -> Option<u64>| -> Vec<(Labels, u64)> {
+            by_class
+                .iter()
+                .map(|(class, rows)| {
+                    (
+                        labels(&[("class", class)]),
+                        rows.iter().filter_map(|r| pick(r)).sum(),
+                    )
+                })
+                .collect()
+        };
+        counters(
+            &mut encoder,
+            "lock_contentions",
+            "Contended acquisitions (slow path), by lock class",
+            None,
+            &class_series(&|r| Some(r.contentions)),
+        )?;
+        if hooked {
+            counters(
+                &mut encoder,
+                "lock_acquisitions",
+                "Every acquisition (fentry/kprobe modes), by lock class",
+                None,
+                &class_series(&|r| r.acquisitions),
+            )?;
+        }
+        let hist_series = |hold: bool| -> Vec<(Labels, Buckets)> {
+            by_class
+                .iter()
+                .map(|(class, rows)| {
+                    let timings = rows
+                        .iter()
+                        .filter_map(|r| if hold { r.hold.as_ref() } else { r.wait.as_ref() });
+                    (labels(&[("class", class)]), buckets(timings))
+                })
+                .collect()
+        };
+        histograms(
+            &mut encoder,
+            "lock_wait",
+            "Wait for a lock: contended acquisitions (tracepoint mode) or every acquisition (fentry/kprobe)",
+            &hist_series(false),
+        )?;
+        if hooked {
+            histograms(
+                &mut encoder,
+                "lock_hold",
+                "Hold of a lock, acquisition to release (fentry/kprobe modes)",
+                &hist_series(true),
+            )?;
+        }
+        let mut owner_states = Vec::new();
+        for (class, rows) in &by_class {
+            let state = |pick: fn(&LockRow) -> Option<u64>| rows.iter().filter_map(|r| pick(r)).sum::<u64>();
+            if rows.iter().any(|r| r.holder.total_ns().is_some()) {
+                for (name, ns) in [
+                    ("on_cpu", state(|r| r.holder.holder_on_cpu_ns)),
+                    ("runnable", state(|r| r.holder.holder_runnable_ns)),
+                    ("sleeping", state(|r| r.holder.holder_sleeping_ns)),
+                ] {
+                    owner_states.push((labels(&[("class", class), ("state", name)]), ns as f64 / 1e9));
+                }
+            }
+        }
+        counters(
+            &mut encoder,
+            "lock_owner_wait",
+            "Wait for a mutex, by what its owner was doing meanwhile (on_cpu, runnable, sleeping)",
+            Some(Unit::Seconds),
+            &owner_states,
+        )?;
+        let mut top: Vec<&LockRow> = report.locks.iter().filter(|r| is_one_lock(r)).collect();
+        top.sort_by(|a, b| {
+            let wait = |r: &LockRow| r.wait.as_ref().map_or(0, |w| w.total_ns);
+            wait(b).cmp(&wait(a)).then(a.name.cmp(&b.name))
+        });
+        top.truncate(exposed.per_lock_top);
+        let lock_labels = |r: &LockRow| labels(&[("class", &class_value(r.class)), ("lock", &r.name)]);
+        counters(
+            &mut encoder,
+            "top_lock_contentions",
+            "Contended acquisitions of each of the busiest locks (by wait; --per-lock-top)",
+            None,
+            &top.iter()
+                .map(|r| (lock_labels(r), r.contentions))
+                .collect::<Vec<_>>(),
+        )?;
+        if hooked {
+            counters(
+                &mut encoder,
+                "top_lock_acquisitions",
+                "Acquisitions of each of the busiest locks",
+                None,
+                &top.iter()
+                    .map(|r| (lock_labels(r), r.acquisitions.unwrap_or(0)))
+                    .collect::<Vec<_>>(),
+            )?;
+        }
+        histograms(
+            &mut encoder,
+            "top_lock_wait",
+            "Wait for each of the busiest locks",
+            &top.iter()
+                .map(|r| (lock_labels(r), buckets(r.wait.iter())))
+                .collect::<Vec<_>>(),
+        )?;
+        if hooked {
+            histograms(
+                &mut encoder,
+                "top_lock_hold",
+                "Hold of each of the busiest locks",
+                &top.iter()
+                    .map(|r| (lock_labels(r), buckets(r.hold.iter())))
+                    .collect::<Vec<_>>(),
+            )?;
+        }
+        counters(
+            &mut encoder,
+            "dropped_events",
+            "Events pipelock saw but could not record, by reason",
+            None,
+            &report
+                .drops
+                .iter()
+                .map(|(reason, n)| (labels(&[("reason", reason)]), *n))
+                .collect::<Vec<_>>(),
+        )?;
+        let maps = |pick: fn(&crate::model::MapFill) -> Option<f64>| -> Vec<(Labels, f64)> {
+            report
+                .maps
+                .iter()
+                .filter_map(|m| Some((labels(&[("map", &m.name)]), pick(m)?)))
+                .collect()
+        };
+        gauges(
+            &mut encoder,
+            "map_entries",
+            "Entries in a kernel map at the last drain (where counted)",
+            None,
+            &maps(|m| m.used.map(|u| u as f64)),
+        )?;
+        gauges(
+            &mut encoder,
+            "map_capacity_entries",
+            "Entries a kernel map can hold",
+            None,
+            &maps(|m| Some(f64::from(m.capacity))),
+        )?;
+        gauges(
+            &mut encoder,
+            "map_memory",
+            "Kernel memory of a map (memlock)",
+            Some(Unit::Bytes),
+            &maps(|m| m.memlock_bytes.map(|b| b as f64)),
+        )?;
+        let programs = |pick: fn(&crate::model::ProgramStats) -> f64| -> Vec<(Labels, f64)> {
+            report
+                .programs
+                .iter()
+                .map(|p| (labels(&[("program", &p.name)]), pick(p)))
+                .collect()
+        };
+        counters(
+            &mut encoder,
+            "bpf_runs",
+            "Runs of pipelock's BPF programs (kernel run-time statistics)",
+            None,
+            &report
+                .programs
+                .iter()
+                .map(|p| (labels(&[("program", &p.name)]), p.run_count))
+                .collect::<Vec<_>>(),
+        )?;
+        counters(
+            &mut encoder,
+            "bpf_run",
+            "Time pipelock's BPF programs ran (kernel run-time statistics)",
+            Some(Unit::Seconds),
+            &programs(|p| p.run_time_ns as f64 / 1e9),
+        )?;
+        if let Some(cpu) = report.tracer_cpu_s {
+            counters(
+                &mut encoder,
+                "collector_cpu",
+                "CPU time of pipelock's own process since it attached",
+                Some(Unit::Seconds),
+                &[(Vec::new(), cpu)],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The exposition in the OpenMetrics text format.
+pub fn openmetrics(exposed: Arc<Exposition>) -> String {
+    let mut registry = Registry::with_prefix("pipelock");
+    registry.register_collector(Box::new(ReportCollector(exposed)));
+    let mut out = String::new();
+    // Writing to a String cannot fail; a collector error would be a bug.
+    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+        out.clear();
+    }
+    out
+}
+
+/// OpenMetrics text as the Prometheus text format (0.0.4): a counter is
+/// declared by its sample name (`foo_total`, not `foo`), there are no
+/// `# UNIT` lines and no `# EOF`. Everything else is the same.
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let declared = ["# HELP ", "# TYPE "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (*p, rest)));
+        match declared {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = if counters.contains(name) {
+                    format!("{name}_total")
+                } else {
+                    name.to_owned()
+                };
+                out.push_str(&format!("{prefix}{name} {tail}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{report::tests::sample, timing::tests::hist};
+
+    fn exposed(report: TraceReport) -> Arc<Exposition> {
+        Arc::new(Exposition {
+            report,
+            classes: ClassSet::DEFAULT,
+            per_lock_top: 10,
+            version: "0.1.0",
+        })
+    }
+
+    /// The sample's lock: waits of 100, 200 and 4000 ns.
+    #[test]
+    fn log2_buckets_become_cumulative_le_buckets_ending_in_inf() {
+        let text = openmetrics(exposed(sample()));
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let bucket = |le: &str| {
+            let prefix = format!("pipelock_lock_wait_seconds_bucket{{le=\"{le}\",class=\"pipe_mutex\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .unwrap_or_else(|| panic!("no bucket le={le}: {text}"))
+                .to_owned()
+        };
+        // 100 ns and 200 ns: below 128 ns, below 256 ns; 4000 ns below 4096.
+        assert_eq!(bucket("1.28e-7"), "1");
+        assert_eq!(bucket("2.56e-7"), "2");
+        assert_eq!(bucket("0.000002048"), "2");
+        assert_eq!(bucket("0.000004096"), "3");
+        assert_eq!(bucket("+Inf"), "3");
+        assert!(
+            text.contains("pipelock_lock_wait_seconds_count{class=\"pipe_mutex\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pipelock_lock_wait_seconds_sum{class=\"pipe_mutex\"} 0.0000043\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pipelock_lock_contentions_total{class=\"pipe_mutex\"} 3"),
+            "{text}"
+        );
+        // Every traced class has its series from the start, at 0.
+        assert!(
+            text.contains("pipelock_lock_contentions_total{class=\"other_in_pipe_call\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pipelock_top_lock_contentions_total{class=\"pipe_mutex\",lock=\"pipe:[4242]\"} 3")
+        );
+        assert!(!text.contains("lock_hold"), "no hold in tracepoint mode: {text}");
+        assert!(
+            text.contains(
+                "pipelock_info{kernel=\"6.18.44\",mode=\"tracepoint (tp_btf)\",version=\"0.1.0\"} 1"
+            )
+        );
+        assert!(text.contains("pipelock_dropped_events_total{reason=\"stale_pending\"} 0"));
+    }
+
+    #[test]
+    fn only_the_busiest_locks_get_their_own_series() {
+        let mut report = sample();
+        let row = report.locks[0].clone();
+        report.locks = (0..30u64)
+            .map(|i| LockRow {
+                lock_addr: i,
+                name: format!("pipe:[{i}]"),
+                wait: Timing::from_hist(&hist(&[i * 1000 + 1])),
+                ..row.clone()
+            })
+            .collect();
+        let text = openmetrics(Arc::new(Exposition {
+            per_lock_top: 3,
+            ..(*exposed(report)).clone()
+        }));
+        let locks: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("pipelock_top_lock_contentions_total"))
+            .collect();
+        assert_eq!(locks.len(), 3, "{locks:?}");
+        assert!(
+            locks[0].contains("pipe:[29]") && locks[2].contains("pipe:[27]"),
+            "{locks:?}"
+        );
+    }
+
+    /// The Grafana dashboard in deploy/ asks only for series the exporter
+    /// writes (every metric, in a hooked-mode report that has all of them).
+    #[test]
+    fn the_dashboard_queries_only_exported_series() {
+        let dashboard = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/grafana-dashboard.json"
+        ));
+        let json: serde_json::Value = serde_json::from_str(dashboard).unwrap();
+        let mut report = sample();
+        let row = &mut report.locks[0];
+        row.acquisitions = Some(10);
+        row.hold = Timing::from_hist(&hist(&[50, 60]));
+        row.holder = crate::model::HolderState {
+            holder_on_cpu_ns: Some(1),
+            holder_runnable_ns: Some(2),
+            holder_sleeping_ns: Some(3),
+        };
+        report.maps = vec![crate::model::MapFill {
+            name: "LOCK_STATS_A".into(),
+            used: Some(1),
+            capacity: 16,
+            memlock_bytes: Some(4096),
+        }];
+        report.programs = vec![crate::model::ProgramStats {
+            name: "mutex_lock_entry".into(),
+            run_count: 5,
+            run_time_ns: 500,
+            recursion_misses: 0,
+        }];
+        report.tracer_cpu_s = Some(0.5);
+        let text = openmetrics(exposed(report));
+        let exported: std::collections::HashSet<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        let mut asked = Vec::new();
+        for panel in json["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                let mut rest = expr;
+                while let Some(at) = rest.find("pipelock_") {
+                    let name: String = rest[at..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    rest = &rest[at + name.len()..];
+                    assert!(
+                        exported.contains(name.as_str()),
+                        "{}: {name} is not exported",
+                        panel["title"]
+                    );
+                    asked.push(name);
+                }
+            }
+        }
+        assert!(asked.len() >= 10, "{asked:?}");
+    }
+
+    #[test]
+    fn prometheus_text_declares_counters_by_their_sample_name() {
+        let om = "# HELP pipelock_lock_contentions Contended.\n# TYPE pipelock_lock_contentions counter\n\
+                  pipelock_lock_contentions_total{class=\"pipe_mutex\"} 3\n\
+                  # HELP pipelock_map_memory_bytes Memory.\n# TYPE pipelock_map_memory_bytes gauge\n\
+                  # UNIT pipelock_map_memory_bytes bytes\npipelock_map_memory_bytes{map=\"A\"} 5\n# EOF\n";
+        assert_eq!(
+            prometheus_text(om),
+            "# HELP pipelock_lock_contentions_total Contended.\n# TYPE pipelock_lock_contentions_total counter\n\
+             pipelock_lock_contentions_total{class=\"pipe_mutex\"} 3\n\
+             # HELP pipelock_map_memory_bytes Memory.\n# TYPE pipelock_map_memory_bytes gauge\n\
+             pipelock_map_memory_bytes{map=\"A\"} 5\n"
+        );
+    }
+}

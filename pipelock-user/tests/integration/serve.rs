@@ -1,0 +1,509 @@
+//! `pipelock serve`, scraped: both exposition formats, the histograms'
+//! shape, agreement with a `pipelock trace` of the same herd, a real
+//! Prometheus scraping it (where installed), signals and bad addresses.
+use std::{
+    collections::BTreeMap,
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    process::{Child, Stdio},
+    time::{Duration, Instant},
+};
+
+use super::*;
+
+/// A loopback port nothing listens on now.
+pub(super) fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// One HTTP/1.1 GET on loopback: (status, content type, body).
+pub(super) fn http_get(port: u16, path: &str, accept: Option<&str>) -> Result<(u16, String, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{accept}Connection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").context("no header end")?;
+    let status = head.split_whitespace().nth(1).context("no status")?.parse()?;
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        })
+        .map(|(_, v)| v.trim().to_owned())
+        .unwrap_or_default();
+    // axum answers with a length, or chunked: a chunked body is decoded.
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let size = usize::from_str_radix(size.trim(), 16)?;
+            if size == 0 {
+                break;
+            }
+            out.push_str(tail.get(..size).context("short chunk")?);
+            rest = tail.get(size + 2..).unwrap_or("");
+        }
+        out
+    } else {
+        body.to_owned()
+    };
+    Ok((status, content_type, body))
+}
+
+/// A running `pipelock serve`, stopped (SIGKILL) if a test fails midway.
+pub(super) struct Serve {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `pipelock serve ARGS` on a free port and waits for `/healthz`
+/// to say "ok" (its first collection done).
+pub(super) fn start_serve(args: &[&str]) -> Result<Serve> {
+    let port = free_port()?;
+    let child = pipelock()
+        .arg("serve")
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "0.5"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut serve = Serve { child, port };
+    let deadline = Instant::now() + Duration::from_secs(if in_vm() { 120 } else { 30 });
+    loop {
+        if let Some(status) = serve.child.try_wait()? {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = serve.child.stderr.take() {
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            bail!("serve exited with {status}: {stderr}");
+        }
+        if let Ok((200, _, body)) = http_get(port, "/healthz", None)
+            && body.starts_with("ok")
+        {
+            return Ok(serve);
+        }
+        ensure!(Instant::now() < deadline, "serve never became healthy");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `name{labels}` → value, for every sample of a text exposition.
+pub(super) fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The buckets of one histogram series (`name`, labels without `le`), by
+/// upper bound, `+Inf` last.
+fn buckets_of(samples: &BTreeMap<String, f64>, name: &str, labels: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let mut out: Vec<(f64, f64)> = samples
+        .iter()
+        .filter_map(|(series, value)| {
+            let rest = series.strip_prefix(&prefix)?;
+            let (le, tail) = rest.split_once('"')?;
+            (tail == format!(",{labels}}}")).then(|| {
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().ok()?
+                };
+                Some((le, *value))
+            })?
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// Every histogram of the scrape is cumulative, ends in `+Inf`, and its
+/// `+Inf` bucket equals its `_count`; a class's wait `_count` is its
+/// contentions counter (tracepoint mode) or acquisitions (hooked).
+fn histograms_are_well_formed(samples: &BTreeMap<String, f64>, hooked: bool) -> Result<usize> {
+    let mut checked = 0;
+    for (series, count) in samples.iter().filter(|(s, _)| s.contains("_seconds_count{")) {
+        let (name, labels) = series.split_once("_count{").context("series")?;
+        let labels = labels.trim_end_matches('}');
+        let buckets = buckets_of(samples, name, labels);
+        ensure!(!buckets.is_empty(), "{series}: no buckets");
+        ensure!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{series}: buckets not cumulative: {buckets:?}"
+        );
+        let last = buckets.last().context("buckets")?;
+        ensure!(
+            last.0.is_infinite() && last.1 == *count,
+            "{series}: +Inf bucket {last:?}, count {count}"
+        );
+        if name == "pipelock_lock_wait_seconds" {
+            let counter = if hooked { "acquisitions" } else { "contentions" };
+            let key = format!("pipelock_lock_{counter}_total{{{labels}}}");
+            ensure!(
+                samples.get(&key) == Some(count),
+                "{series} = {count}, but {key} = {:?}",
+                samples.get(&key)
+            );
+        }
+        checked += 1;
+    }
+    ensure!(checked > 0, "no histogram in the scrape");
+    Ok(checked)
+}
+
+/// The exporter against a trace of the same herd, in the mode this kernel
+/// does best (tracepoint here, fentry in the VMs): both formats, well-formed
+/// histograms, the pipe-mutex contentions of the herd equal to the trace's
+/// (the exporter is system-wide: within 2 % and a few events).
+pub(super) fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    let mode = if in_vm() && mode_refusal("fentry")?.is_none() {
+        "fentry"
+    } else {
+        "tracepoint"
+    };
+    let serve = start_serve(&["--mode", mode])?;
+    let scrape = || -> Result<BTreeMap<String, f64>> {
+        let (status, _, body) = http_get(serve.port, "/metrics", None)?;
+        ensure!(status == 200, "/metrics: {status}");
+        Ok(samples(&body))
+    };
+    let before = scrape()?;
+    let limit = if in_vm() { "20000" } else { "200000" };
+    let report = match trace_json(&["--mode", mode], &["run", "pipe-herd", "--limit", limit, "-q"])? {
+        Ok(report) => report,
+        Err(skip) => return Ok(skip),
+    };
+    // Until two collections in a row add nothing: what the herd did is
+    // then in the exporter's totals (a collection takes a while under
+    // emulation).
+    let key = "pipelock_lock_contentions_total{class=\"pipe_mutex\"}";
+    let deadline = Instant::now() + Duration::from_secs(if in_vm() { 60 } else { 10 });
+    let mut last = f64::NAN;
+    loop {
+        std::thread::sleep(Duration::from_millis(1200));
+        let now = scrape()?.get(key).copied().unwrap_or(0.0);
+        if now == last || Instant::now() > deadline {
+            break;
+        }
+        last = now;
+    }
+    let (status, om_type, om) = http_get(
+        serve.port,
+        "/metrics",
+        Some("application/openmetrics-text; version=1.0.0"),
+    )?;
+    ensure!(
+        status == 200 && om_type.starts_with("application/openmetrics-text"),
+        "{status} {om_type}"
+    );
+    ensure!(om.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+    let (_, text_type, text) = http_get(serve.port, "/metrics", Some("text/plain"))?;
+    ensure!(text_type.starts_with("text/plain; version=0.0.4"), "{text_type}");
+    ensure!(
+        text.contains("# TYPE pipelock_lock_contentions_total counter") && !text.contains("# EOF"),
+        "the Prometheus text format declares counters by their sample name"
+    );
+    let after = samples(&text);
+    ensure!(samples(&om) == after, "both formats carry the same samples");
+    let hooked = mode != "tracepoint";
+    let histograms = histograms_are_well_formed(&after, hooked)?;
+    let served = after.get(key).copied().unwrap_or(0.0) - before.get(key).copied().unwrap_or(0.0);
+    let traced: u64 = report["locks"]
+        .as_array()
+        .context("no locks")?
+        .iter()
+        .filter(|l| l["class"] == "pipe-mutex")
+        .filter_map(|l| l["contentions"].as_u64())
+        .sum();
+    ensure!(traced > 0, "the trace saw no pipe-mutex contention");
+    let slack = (traced as f64 * 0.02).max(20.0);
+    ensure!(
+        (served - traced as f64).abs() <= slack,
+        "pipe-mutex contentions: exporter {served}, trace {traced}"
+    );
+    println!(
+        "  {mode}: {histograms} histograms well formed; pipe-mutex contentions exporter {served}, trace {traced}"
+    );
+    Ok(Outcome::Passed)
+}
+
+/// SIGTERM detaches and exits 0 within a second; two signals at once end
+/// it at once; a `--listen` in use is one line, exit 1, nothing attached
+/// (an address that is not one is in the bad-input table).
+pub(super) fn serve_stops_on_signals_and_refuses_bad_addresses() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    let taken = TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port();
+    let out = run(pipelock().args(["serve", "--listen", &format!("127.0.0.1:{port}")]))?;
+    let stderr = text(&out.stderr);
+    ensure!(
+        out.status.code() == Some(1)
+            && stderr.contains("the address is in use")
+            && stderr.lines().count() == 1,
+        "in use: {:?} {stderr}",
+        out.status
+    );
+    drop(taken);
+    let mut serve = start_serve(&["--mode", "tracepoint"])?;
+    ensure!(
+        pipelock_programs_loaded()? > 0,
+        "serve runs, yet no program is loaded"
+    );
+    let pid = serve.child.id() as i32;
+    let asked = Instant::now();
+    // SAFETY: a signal to our own child.
+    ensure!(unsafe { libc::kill(pid, libc::SIGTERM) } == 0, "kill");
+    let status = loop {
+        if let Some(status) = serve.child.try_wait()? {
+            break status;
+        }
+        ensure!(
+            asked.elapsed() < Duration::from_secs(5),
+            "still running 5 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = asked.elapsed();
+    ensure!(status.success(), "SIGTERM: {status}");
+    ensure!(took < Duration::from_secs(1), "SIGTERM took {took:?}");
+    let left = programs_left_after_exit()?;
+    ensure!(
+        left == 0,
+        "{left} pipelock program(s) still loaded after serve exited"
+    );
+    // Two signals at once: the second one does not wait for a clean exit.
+    let serve = start_serve(&["--mode", "tracepoint"])?;
+    let pid = serve.child.id() as i32;
+    // SAFETY: signals to our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+        libc::kill(pid, libc::SIGINT);
+    }
+    let mut serve = serve;
+    let status = serve.child.wait()?;
+    ensure!(
+        status.success() || status.code() == Some(130),
+        "two SIGINTs: {status}"
+    );
+    println!("  SIGTERM: exit 0 in {took:?}, nothing left loaded; two SIGINTs: {status}");
+    Ok(Outcome::Passed)
+}
+
+/// Debian's `prometheus` (and `promtool`), where installed.
+fn prometheus_binaries() -> Option<(&'static str, &'static str)> {
+    let found = |p: &'static str| Path::new(p).exists().then_some(p);
+    Some((found("/usr/bin/prometheus")?, found("/usr/bin/promtool")?))
+}
+
+/// A real Prometheus (Debian's 2.42) scrapes the exporter every second while
+/// a herd runs; its API must give the pipe-mutex contentions the exporter
+/// itself reports, and `histogram_quantile(0.99, …)` of the wait buckets a
+/// value inside the bucket that holds the exporter's own 99th percentile.
+/// `promtool check metrics` must accept a scrape.
+pub(super) fn a_real_prometheus_scrapes_the_exporter() -> Result<Outcome> {
+    let Some((prometheus, promtool)) = prometheus_binaries() else {
+        return Ok(Outcome::Skipped(
+            "prometheus is not installed (Debian: prometheus; `cargo xtask test` installs it)".into(),
+        ));
+    };
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    let serve = start_serve(&["--mode", "tracepoint"])?;
+    let (_, _, scrape) = http_get(serve.port, "/metrics", None)?;
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    check
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(scrape.as_bytes())?;
+    let checked = check.wait_with_output()?;
+    ensure!(
+        checked.status.success(),
+        "promtool check metrics: {}{}",
+        text(&checked.stdout),
+        text(&checked.stderr)
+    );
+    let dir = scratch("prometheus");
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)?;
+    let config = dir.join("prometheus.yml");
+    fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: pipelock\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+            serve.port
+        ),
+    )?;
+    let web = free_port()?;
+    let mut server = Serve {
+        child: Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+        port: web,
+    };
+    let query = |q: &str| -> Result<Option<f64>> {
+        let encoded: String = q
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let (status, _, body) = http_get(web, &format!("/api/v1/query?query={encoded}"), None)?;
+        ensure!(status == 200, "query {q}: {status} {body}");
+        let json: serde_json::Value = serde_json::from_str(&body)?;
+        Ok(json["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|v| v.parse().ok()))
+    };
+    // Prometheus is up and has scraped the exporter at least once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query("up{job=\"pipelock\"}").ok().flatten() != Some(1.0) {
+        if let Some(status) = server.child.try_wait()? {
+            bail!("prometheus exited: {status}");
+        }
+        ensure!(Instant::now() < deadline, "prometheus never scraped the exporter");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let herd = run(pipelock().args(["run", "pipe-herd", "--limit", "300000", "-q"]))?;
+    ensure!(herd.status.success(), "herd: {}", text(&herd.stderr));
+    // A collection, then a scrape after it.
+    std::thread::sleep(Duration::from_millis(3000));
+    let ours = samples(&http_get(serve.port, "/metrics", None)?.2);
+    let contentions = ours
+        .get("pipelock_lock_contentions_total{class=\"pipe_mutex\"}")
+        .copied()
+        .context("no pipe-mutex contentions in the scrape")?;
+    let theirs = query("sum(pipelock_lock_contentions_total{class=\"pipe_mutex\"})")?
+        .context("prometheus has no pipe-mutex contentions")?;
+    // Both read after the herd ended: only the idle system moves them apart.
+    ensure!(
+        theirs > 0.0 && (theirs - contentions).abs() <= (contentions * 0.01).max(50.0),
+        "pipe-mutex contentions: prometheus {theirs}, the exporter {contentions}"
+    );
+    let p99 = query(
+        "histogram_quantile(0.99, sum by (le) (rate(pipelock_lock_wait_seconds_bucket{class=\"pipe_mutex\"}[1m])))",
+    )?
+    .context("no histogram_quantile result")?;
+    let buckets = buckets_of(&ours, "pipelock_lock_wait_seconds", "class=\"pipe_mutex\"");
+    let total = buckets.last().context("no buckets")?.1;
+    let at = buckets
+        .iter()
+        .position(|(_, cumulative)| *cumulative >= 0.99 * total)
+        .context("no p99 bucket")?;
+    let (lower, upper) = (at.checked_sub(1).map_or(0.0, |i| buckets[i].0), buckets[at].0);
+    ensure!(
+        p99 >= lower && p99 <= upper,
+        "prometheus p99 {p99} s is outside the exporter's p99 bucket ({lower}, {upper}]"
+    );
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let _ = fs::remove_dir_all(&dir);
+    println!(
+        "  promtool check metrics: ok; contentions prometheus {theirs} / exporter {contentions}; \
+         p99 {:.2} us in ({:.2}, {:.2}] us",
+        p99 * 1e6,
+        lower * 1e6,
+        upper * 1e6
+    );
+    Ok(Outcome::Passed)
+}
+
+/// `deploy/pipelock.service` runs the exporter as an unprivileged user with
+/// a few capabilities: run it that way (`setpriv`, as nobody, with exactly
+/// the unit's `AmbientCapabilities`) and it must attach, collect a herd and
+/// stop cleanly.
+pub(super) fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    if Command::new("setpriv").arg("--help").output().is_err() {
+        return Ok(Outcome::Skipped("setpriv is not installed (util-linux)".into()));
+    }
+    let unit = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/pipelock.service"))?;
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("AmbientCapabilities="))
+        .context("the unit sets no AmbientCapabilities")?
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_ascii_lowercase()))
+        .collect();
+    let caps = caps.join(",");
+    let port = free_port()?;
+    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--inh-caps={caps}"))
+        .arg(format!("--ambient-caps={caps}"))
+        .arg(&bin)
+        .args(["serve", "--mode", "tracepoint", "--interval", "0.5", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut serve = Serve { child, port };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !http_get(port, "/healthz", None)
+        .is_ok_and(|(status, _, body)| status == 200 && body.starts_with("ok"))
+    {
+        if let Some(status) = serve.child.try_wait()? {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = serve.child.stderr.take() {
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            bail!("serve as nobody with {caps} exited with {status}: {stderr}");
+        }
+        ensure!(Instant::now() < deadline, "serve as nobody never became healthy");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let herd = run(pipelock().args(["run", "pipe-herd", "--limit", "50000", "-q"]))?;
+    ensure!(herd.status.success(), "herd: {}", text(&herd.stderr));
+    std::thread::sleep(Duration::from_millis(1500));
+    let scraped = samples(&http_get(port, "/metrics", None)?.2);
+    let contentions = scraped
+        .get("pipelock_lock_contentions_total{class=\"pipe_mutex\"}")
+        .copied()
+        .unwrap_or(0.0);
+    ensure!(contentions > 0.0, "serve as nobody saw no pipe-mutex contention");
+    // SAFETY: a signal to our own child (setpriv execs pipelock in place).
+    unsafe { libc::kill(serve.child.id() as i32, libc::SIGTERM) };
+    let status = serve.child.wait()?;
+    ensure!(status.success(), "SIGTERM: {status}");
+    println!("  as nobody with {caps}: {contentions} pipe-mutex contentions exported, exit 0 on SIGTERM");
+    Ok(Outcome::Passed)
+}
