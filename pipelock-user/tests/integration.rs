@@ -35,8 +35,9 @@ mod serve;
 #[path = "integration/soak.rs"]
 mod soak;
 use serve::{
-    a_real_prometheus_scrapes_the_exporter, serve_exports_what_a_trace_of_the_same_herd_sees,
-    serve_runs_with_the_units_capabilities, serve_stops_on_signals_and_refuses_bad_addresses,
+    a_real_prometheus_scrapes_the_exporter, ebpf_log_delivers_the_programs_warnings,
+    serve_exports_what_a_trace_of_the_same_herd_sees, serve_runs_with_the_units_capabilities,
+    serve_stops_on_signals_and_refuses_bad_addresses,
 };
 #[path = "integration/memory.rs"]
 mod memory;
@@ -89,6 +90,7 @@ const TESTS: &[Test] = tests![
     Host serve_stops_on_signals_and_refuses_bad_addresses,
     Host a_real_prometheus_scrapes_the_exporter,
     Host serve_runs_with_the_units_capabilities,
+    Kernel ebpf_log_delivers_the_programs_warnings,
     Kernel trace_of_an_unshared_pipe_has_no_pipe_rows,
     Host trace_counts_agree_with_perf_lock,
     Kernel fentry_counts_every_pipe_mutex_acquisition,

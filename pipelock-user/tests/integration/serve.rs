@@ -507,3 +507,40 @@ pub(super) fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
     println!("  as nobody with {caps}: {contentions} pipe-mutex contentions exported, exit 0 on SIGTERM");
     Ok(Outcome::Passed)
 }
+
+/// `--ebpf-log` delivers the programs' own records: a trace whose statistics
+/// map holds 16 locks, over 200 pipes made and freed, must print the
+/// warning the programs log the first time that map is full (and count the
+/// drops). `probe --self-test --ebpf-log` must load and pass (it used to
+/// fail with EBADF: the logger's map descriptor was closed too early).
+pub(super) fn ebpf_log_delivers_the_programs_warnings() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    let facts = scratch("log-churn");
+    let out = run(pipelock()
+        .args(["--ebpf-log", "trace", "--max-locks", "16", "--json"])
+        .arg(scratch("log.json"))
+        .arg("--")
+        .arg(std::env::current_exe()?)
+        .args(["--pipe-churn", "200", "100"])
+        .arg(&facts))?;
+    let _ = (fs::remove_file(&facts), fs::remove_file(scratch("log.json")));
+    let stderr = text(&out.stderr);
+    ensure!(out.status.success(), "trace --ebpf-log: {stderr}");
+    ensure!(
+        stderr.contains("LOCK_STATS is full"),
+        "no warning from the programs in: {stderr}"
+    );
+    let selftest = run(pipelock().args(["--ebpf-log", "probe", "--self-test"]))?;
+    ensure!(
+        selftest.status.success(),
+        "probe --self-test --ebpf-log: {}",
+        text(&selftest.stderr)
+    );
+    println!(
+        "  the programs' warning arrived: {}",
+        stderr.lines().find(|l| l.contains("is full")).unwrap_or("")
+    );
+    Ok(Outcome::Passed)
+}
