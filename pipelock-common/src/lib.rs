@@ -273,7 +273,10 @@ pub struct TaskPipe {
     pub holder_at_start: [[u64; holder::STATES]; pipe_lock::PIPES],
     /// The owner thread last named in `TASK_NAMES`.
     pub named_owner: u32,
-    pub _pad2: u32,
+    /// `--hold-states`: bit `p` set while this thread's hold of pipe `p`'s
+    /// mutex is watched, its [`HolderClock`] at the hold's start.
+    pub hold_watched: u32,
+    pub hold_at_start: [[u64; holder::STATES]; pipe_lock::PIPES],
 }
 
 /// What a traced lock belongs to.

@@ -52,6 +52,9 @@ pub mod detail {
     pub const CALLER: u32 = 1;
     /// `id`: the waiting (hooked modes: acquiring) thread.
     pub const TASK: u32 = 2;
+    /// `id` 0: the mutex's holds (hooked modes, `--hold-states`), with
+    /// what the holder itself was doing while it held the lock.
+    pub const HOLD: u32 = 3;
 }
 
 /// One part of a lock's figures: by owner, by caller or by task.

@@ -118,7 +118,20 @@ pub(crate) fn unwatch(task: u64, start: &[u64; STATES], now: u64) -> Option<[u64
 /// without a lock).
 #[inline(always)]
 pub(crate) fn record_owner(lock: LockKey, tid: u32, ns: u64, split: Option<[u64; STATES]>) {
-    let Some(part) = record_part(lock, detail::OWNER, tid, false, true, ns, 0) else {
+    record_split(lock, detail::OWNER, tid, ns, split);
+}
+
+/// One wait (or hold) of `ns` in part `kind`/`id` of `lock`, with what the
+/// watched task did meanwhile.
+#[inline(always)]
+pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Option<[u64; STATES]>) {
+    // A hold is an acquisition and its hold time; anything else a contended wait.
+    let part = if kind == detail::HOLD {
+        record_part(lock, kind, id, true, false, 0, ns)
+    } else {
+        record_part(lock, kind, id, false, true, ns, 0)
+    };
+    let Some(part) = part else {
         return;
     };
     if let Some(split) = split {

@@ -30,6 +30,8 @@ pub struct Filters {
     pub stack_map_size: Option<u32>,
     /// Record each waiting thread's share (`--by task`).
     pub by_task: bool,
+    /// Split pipe-mutex holds by what the holder did (`--hold-states`).
+    pub hold_states: bool,
 }
 
 /// Longest comm the kernel keeps (`TASK_COMM_LEN` - 1).
@@ -93,6 +95,7 @@ impl Filters {
             detail::OWNER,
         ) | bit(self.callers, detail::CALLER)
             | bit(self.by_task, detail::TASK)
+            | bit(self.hold_states, detail::HOLD)
     }
 
     /// The classes actually traced.

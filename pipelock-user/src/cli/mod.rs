@@ -120,6 +120,11 @@ pub struct TracingArgs {
     /// callers: each lock lists the stacks its waits came from.
     #[arg(long)]
     pub callers: bool,
+    /// fentry/kprobe: also split each pipe-mutex hold by what the holder
+    /// did while holding it (on a CPU, runnable, sleeping); costs a map
+    /// insert and delete per acquisition.
+    #[arg(long)]
+    pub hold_states: bool,
     /// Distinct call stacks the kernel's stack map holds [default: 4096;
     /// 16 to 262144]. A stack that finds no room is counted as `stack_lost`.
     #[arg(long, value_name = "N")]
@@ -140,6 +145,7 @@ impl TracingArgs {
             callers: self.callers,
             stack_map_size: self.stack_map_size,
             by_task: false,
+            hold_states: self.hold_states,
         }
     }
 }

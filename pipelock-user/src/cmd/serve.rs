@@ -98,9 +98,9 @@ pub fn run(options: Options) -> Result<(), Error> {
                     _ => return Ok(()),
                 }
                 next += interval;
-                let snapshot = collector.tick(&mut tracer)?;
+                let drained = collector.drain(&mut tracer)?;
                 let exposition = Exposition {
-                    report: snapshot.total,
+                    report: collector.total_report(&tracer, &drained.fill)?,
                     classes,
                     per_lock_top,
                     version: env!("CARGO_PKG_VERSION"),

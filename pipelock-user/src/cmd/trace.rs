@@ -81,27 +81,35 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     // room for one interval's locks, not for every lock it ever saw.
     let period = args.interval.unwrap_or(DRAIN_PERIOD);
     let mut collector = IntervalCollector::new(&tracer);
-    let mut tick = |tracer: &mut Tracer, last: bool| -> Result<TraceReport, Error> {
-        let snapshot = collector.tick(tracer)?;
+    // Reports are built only when shown: a trace without --interval
+    // drains every second but makes its one report at the end.
+    let mut tick = |tracer: &mut Tracer, last: bool| -> Result<Option<TraceReport>, Error> {
+        let drained = collector.drain(tracer)?;
         if args.interval.is_none() {
-            return Ok(snapshot.total);
+            return last
+                .then(|| collector.total_report(tracer, &drained.fill))
+                .transpose();
         }
         let mut shown = if args.reset {
-            snapshot.interval
+            collector.interval_report(tracer, &drained)?
         } else {
-            snapshot.total.clone()
+            collector.total_report(tracer, &drained.fill)?
         };
         let timestamp = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
         if let Some(csv) = interval_csv.as_mut() {
             csv.append(&shown, &timestamp)?;
         }
         // The last tick of a cumulative trace is the final report itself.
-        if !last || args.reset {
-            println!("--- {timestamp} ({:.1} s) ---", shown.duration_s);
-            show(&mut shown);
-            println!();
+        if last && !args.reset {
+            return Ok(Some(shown));
         }
-        Ok(snapshot.total)
+        println!("--- {timestamp} ({:.1} s) ---", shown.duration_s);
+        show(&mut shown);
+        println!();
+        match last {
+            true => collector.total_report(tracer, &drained.fill).map(Some),
+            false => Ok(None),
+        }
     };
     let status = {
         let tracer = &mut tracer;
@@ -109,7 +117,7 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
             tick(&mut *tracer, false).map(drop)
         })?
     };
-    let mut report = tick(&mut tracer, true)?;
+    let mut report = tick(&mut tracer, true)?.ok_or_else(|| Error::Usage("no final report".to_owned()))?;
     drop(tracer);
     if args.reset {
         println!("--- whole run ---");

@@ -14,7 +14,7 @@ use crate::{
     Error,
     bpf::maps::{self, Identities, Taken},
     model::{
-        LockClass, Snapshot, SortKey, TraceReport, sort_rows,
+        LockClass, MapFill, Snapshot, SortKey, TraceReport, sort_rows,
         timing::merge_stats,
         why::{fold_details, merge_details},
     },
@@ -26,6 +26,9 @@ use crate::{
 pub const MAX_TRACKED_LOCKS: usize = 8192;
 
 /// Everything since attach (or the last reset), bounded: no aya, no I/O.
+/// Ticks between two clean-ups of the thread names nothing refers to.
+const FORGET_NAMES_EVERY: u64 = 8;
+
 /// Owners (callers, tasks) a running total keeps one by one per lock; the
 /// rest are summed in one "other" part.
 pub const MAX_PARTS_PER_LOCK: usize = 64;
@@ -68,8 +71,11 @@ impl RunningTotal {
         self.ticks += 1;
         merge_details(&mut self.taken.details, &fresh.details);
         fold_details(&mut self.taken.details, MAX_PARTS_PER_LOCK);
-        // Names of threads no part refers to any more (folded, retired).
-        if self.known.tasks.len() > self.taken.details.len() + self.max_tracked {
+        // Names of threads no part refers to any more (folded, retired),
+        // every few ticks: threads come and go by the thousand, and a
+        // table that keeps growing would be doubled long after the rest
+        // of the collector's memory has settled.
+        if self.ticks.is_multiple_of(FORGET_NAMES_EVERY) && self.known.tasks.len() > 1024 {
             let named: HashSet<u32> = self.taken.details.keys().map(|k| k.id).collect();
             self.known.tasks.retain(|tid, _| named.contains(tid));
         }
@@ -136,31 +142,50 @@ impl IntervalCollector {
         self.since = Instant::now();
     }
 
-    pub fn tick(&mut self, tracer: &mut Tracer) -> Result<Snapshot, Error> {
+    /// Takes what the kernel gathered since the last drain into the
+    /// running total; returns it (the interval's own figures) with the
+    /// maps' fill. No report is built: long traces drain every second.
+    pub fn drain(&mut self, tracer: &mut Tracer) -> Result<Drained, Error> {
         let (fresh, drained) = maps::take_stats(tracer.ebpf_mut())?;
         // After the swap: every program that wrote those statistics has
         // returned, and named its locks first.
         let mut fresh_ids = maps::take_identities(tracer.ebpf_mut())?;
         maps::read_stacks(tracer.ebpf(), &fresh.details, &self.total.known, &mut fresh_ids)?;
         let mut fill = maps::map_fill(tracer.ebpf(), &fresh_ids);
-        // The drained map was as full as what it gave (it is empty now).
-        if let Some(map) = fill.iter_mut().find(|m| m.name == drained) {
-            map.used = Some(fresh.stats.len());
-        }
+        // The drained maps were as full as what they gave (empty now).
         let slot = pipelock_common::maps::LOCK_STATS
             .iter()
             .position(|m| *m == drained);
         let drained_details = slot.map_or("", |slot| pipelock_common::maps::LOCK_DETAILS[slot]);
-        if let Some(map) = fill.iter_mut().find(|m| m.name == drained_details) {
-            map.used = Some(fresh.details.len());
+        for map in &mut fill {
+            if map.name == drained {
+                map.used = Some(fresh.stats.len());
+            } else if map.name == drained_details {
+                map.used = Some(fresh.details.len());
+            }
         }
         self.total.add(&fresh, &fresh_ids);
         let interval = self.last.elapsed();
         self.last = Instant::now();
-        let mut interval_report = tracer.build_report(&fresh, &self.total.known, interval)?;
-        interval_report.maps = fill.clone();
+        Ok(Drained {
+            fresh,
+            fill,
+            interval,
+        })
+    }
+
+    /// The report of one drain's figures alone.
+    pub fn interval_report(&self, tracer: &Tracer, drained: &Drained) -> Result<TraceReport, Error> {
+        let mut report = tracer.build_report(&drained.fresh, &self.total.known, drained.interval)?;
+        report.maps = drained.fill.clone();
+        Ok(report)
+    }
+
+    /// The report of everything since attach (or the last reset), the
+    /// retired locks folded in per class.
+    pub fn total_report(&self, tracer: &Tracer, fill: &[MapFill]) -> Result<TraceReport, Error> {
         let mut total = tracer.build_report(&self.total.taken, &self.total.known, self.since.elapsed())?;
-        total.maps = fill.clone();
+        total.maps = fill.to_vec();
         if !self.total.retired.is_empty() {
             let (mode, hooked) = (tracer.short_mode(), tracer.attached().mode.is_hooked());
             for (class, (count, stats)) in &self.total.retired {
@@ -171,12 +196,25 @@ impl IntervalCollector {
             sort_rows(&mut total.locks, SortKey::WaitTotal);
             total.totals = TraceReport::totals(&total.locks);
         }
+        Ok(total)
+    }
+
+    /// A drain with both reports (`pipelock top` shows both).
+    pub fn tick(&mut self, tracer: &mut Tracer) -> Result<Snapshot, Error> {
+        let drained = self.drain(tracer)?;
         Ok(Snapshot {
-            interval: interval_report,
-            total,
-            fill,
+            interval: self.interval_report(tracer, &drained)?,
+            total: self.total_report(tracer, &drained.fill)?,
+            fill: drained.fill,
         })
     }
+}
+
+/// One drain: the figures since the previous one, and the maps' fill.
+pub struct Drained {
+    pub fresh: Taken,
+    pub fill: Vec<MapFill>,
+    pub interval: std::time::Duration,
 }
 
 #[cfg(test)]

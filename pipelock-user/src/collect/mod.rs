@@ -181,6 +181,12 @@ impl Tracer {
         if filters.task_filter_flags() != 0 {
             notes.extend(bpf::attach::task_filter(&mut ebpf, filters)?);
         }
+        if filters.hold_states && !attached.mode.is_hooked() {
+            notes.push(
+                "--hold-states: n/a in tracepoint mode (holds are seen only by fentry or kprobe hooks)"
+                    .to_owned(),
+            );
+        }
         let holder_split = filters.details() & (1 << detail::OWNER) != 0
             && bodies == HookBodies::Pipelock
             && match bpf::attach::holder_programs(&mut ebpf) {

@@ -9,7 +9,7 @@ use crate::{
         callers::{callers_of, merge_callers, tasks_of},
         naming::identify,
         sort_rows,
-        why::{by_lock, owners_of},
+        why::{by_lock, holds_of, owners_of},
     },
 };
 
@@ -46,6 +46,7 @@ fn measured(stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
         },
         owners: Vec::new(),
         holder: Default::default(),
+        holds: Default::default(),
         callers: Vec::new(),
     }
 }
@@ -118,6 +119,11 @@ pub fn rows(taken: &Taken, cx: &RowContext) -> Rows {
                 comms: users.iter().map(|(pid, comm)| format!("{comm}({pid})")).collect(),
                 owners,
                 holder,
+                holds: if cx.holder_split {
+                    holds_of(key, parts)
+                } else {
+                    Default::default()
+                },
                 callers,
                 ..measured(merged, cx.mode, cx.hooked)
             }

@@ -14,4 +14,4 @@ pub use class::{ClassSet, LockClass, class_label};
 pub use report::{ClassTotal, LockRow, MapFill, ProgramStats, Snapshot, SortKey, TraceReport, sort_rows};
 pub use timing::{PERCENTILE_RESOLUTION, Timing};
 pub use view::{LockMatch, ReportView};
-pub use why::{HolderState, OwnerRow};
+pub use why::{HoldState, HolderState, OwnerRow};

@@ -8,7 +8,7 @@ use super::{
     callers::{ByKey, CallerRow, TaskRow},
     class::LockClass,
     timing::{PERCENTILE_RESOLUTION, Timing},
-    why::{HolderState, OwnerRow},
+    why::{HoldState, HolderState, OwnerRow},
 };
 
 /// One traced lock.
@@ -44,6 +44,9 @@ pub struct LockRow {
     /// What those owners were doing while waited for (None: not measured).
     #[serde(flatten)]
     pub holder: HolderState,
+    /// `--hold-states`: what the holders did while they held it.
+    #[serde(flatten)]
+    pub holds: HoldState,
     /// `--callers`: the call stacks its acquisitions came from, most wait first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callers: Vec<CallerRow>,
@@ -253,6 +256,7 @@ pub(crate) mod tests {
             hold: None,
             owners: Vec::new(),
             holder: HolderState::default(),
+            holds: HoldState::default(),
             callers: Vec::new(),
         }];
         TraceReport {

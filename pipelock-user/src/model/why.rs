@@ -75,6 +75,38 @@ impl HolderState {
     }
 }
 
+/// `--hold-states`: where the holders of a mutex spent their holds (hooked
+/// modes); the three add up to the hold time of the holds watched.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldState {
+    pub hold_on_cpu_ns: Option<u64>,
+    pub hold_runnable_ns: Option<u64>,
+    pub hold_sleeping_ns: Option<u64>,
+}
+
+impl HoldState {
+    /// The same split as a [`HolderState`] (for its percentages and summary).
+    pub fn as_holder(&self) -> HolderState {
+        HolderState {
+            holder_on_cpu_ns: self.hold_on_cpu_ns,
+            holder_runnable_ns: self.hold_runnable_ns,
+            holder_sleeping_ns: self.hold_sleeping_ns,
+        }
+    }
+}
+
+/// The `HOLD` part of a lock, if recorded.
+pub fn holds_of(lock: &LockKey, details: &[(&DetailKey, &DetailStats)]) -> HoldState {
+    details
+        .iter()
+        .find(|(key, _)| key.kind == detail::HOLD && key.lock == *lock)
+        .map_or_else(HoldState::default, |(_, stats)| HoldState {
+            hold_on_cpu_ns: Some(stats.holder_ns[holder::ON_CPU]),
+            hold_runnable_ns: Some(stats.holder_ns[holder::RUNNABLE]),
+            hold_sleeping_ns: Some(stats.holder_ns[holder::SLEEPING]),
+        })
+}
+
 /// One owner of one lock, as its waiters found it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnerRow {

@@ -31,10 +31,13 @@ struct CsvRow<'a> {
     holder_sleeping_ns: Option<u64>,
     top_owner: Option<String>,
     top_owner_wait_ns: Option<u64>,
+    hold_on_cpu_ns: Option<u64>,
+    hold_runnable_ns: Option<u64>,
+    hold_sleeping_ns: Option<u64>,
 }
 
 /// The CSV columns, in order (`--interval` files put `timestamp` first).
-pub const CSV_COLUMNS: [&str; 25] = [
+pub const CSV_COLUMNS: [&str; 28] = [
     "class",
     "lock_addr",
     "pipe_ino",
@@ -60,6 +63,9 @@ pub const CSV_COLUMNS: [&str; 25] = [
     "holder_sleeping_ns",
     "top_owner",
     "top_owner_wait_ns",
+    "hold_on_cpu_ns",
+    "hold_runnable_ns",
+    "hold_sleeping_ns",
 ];
 
 /// The report as CSV: a header row, then one row per lock.
@@ -202,6 +208,9 @@ pub fn csv_block(report: &TraceReport, timestamp: Option<&str>, header: bool) ->
             holder_sleeping_ns: row.holder.holder_sleeping_ns,
             top_owner: row.owners.first().map(|o| o.label()),
             top_owner_wait_ns: row.owners.first().map(|o| o.wait_ns),
+            hold_on_cpu_ns: row.holds.hold_on_cpu_ns,
+            hold_runnable_ns: row.holds.hold_runnable_ns,
+            hold_sleeping_ns: row.holds.hold_sleeping_ns,
         })?;
     }
     writer.into_inner().map_err(|e| csv::Error::from(e.into_error()))
@@ -220,9 +229,9 @@ mod tests {
             "class,lock_addr,pipe_ino,name,comms,mode,acquisitions,contentions,spin_only,wait_total_ns,\
              wait_avg_ns,wait_p50_ns,wait_p99_ns,wait_max_ns,hold_total_ns,hold_avg_ns,hold_p50_ns,\
              hold_p99_ns,hold_max_ns,dropped,holder_on_cpu_ns,holder_runnable_ns,holder_sleeping_ns,\
-             top_owner,top_owner_wait_ns\n\
+             top_owner,top_owner_wait_ns,hold_on_cpu_ns,hold_runnable_ns,hold_sleeping_ns\n\
              pipe-mutex,0xffff888001234000,4242,pipe:[4242],herd(10) herd(11),tracepoint (tp_btf),,3,1,\
-             4300,1433,255,4000,4000,,,,,,2,,,,,\n"
+             4300,1433,255,4000,4000,,,,,,2,,,,,,,,\n"
         );
     }
 

@@ -12,7 +12,7 @@ pub fn render_owners(report: &TraceReport, top: usize) -> String {
         .locks
         .iter()
         .take(top)
-        .filter(|r| !r.owners.is_empty())
+        .filter(|r| !r.owners.is_empty() || r.holds.hold_on_cpu_ns.is_some())
         .collect();
     if rows.is_empty() {
         return String::new();
@@ -35,6 +35,9 @@ pub fn render_owners(report: &TraceReport, top: usize) -> String {
         match row.holder.summary() {
             Some(states) => out.push_str(&format!("; owners {states}\n")),
             None => out.push_str("; owners' state n/a\n"),
+        }
+        if let Some(states) = row.holds.as_holder().summary() {
+            out.push_str(&format!("    its holds (--hold-states): the holder {states}\n"));
         }
         for owner in row.owners.iter().take(OWNERS_SHOWN) {
             let states = owner

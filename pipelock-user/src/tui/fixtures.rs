@@ -42,6 +42,7 @@ fn row(addr: u64, class: LockClass, name: &str, contentions: u64, wait: &[u64]) 
         hold: timing(&[100, 200]),
         owners: Vec::new(),
         holder: Default::default(),
+        holds: Default::default(),
         callers: Vec::new(),
     }
 }

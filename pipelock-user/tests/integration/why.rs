@@ -369,11 +369,36 @@ pub(super) fn holder_sleeping_in_a_page_fault_is_seen_sleeping() -> Result<Outco
     Ok(Outcome::Passed)
 }
 
+/// The trace arguments of a holder test: in the hooked modes the holds are
+/// split too (`--hold-states`).
+fn holder_trace_args(mode: &str) -> Vec<&str> {
+    let mut args = vec!["--mode", mode, "--class", "pipe-mutex"];
+    if mode != "tracepoint" {
+        args.push("--hold-states");
+    }
+    args
+}
+
+/// In the hooked modes, the pipe-mutex row's holds: the share of them the
+/// holders spent in `state` (the holder's long hold dominates the writers'
+/// short ones). None in tracepoint mode.
+fn hold_share(mode: &str, row: &serde_json::Value, state: &str) -> Result<Option<f64>> {
+    if mode == "tracepoint" {
+        return Ok(None);
+    }
+    let total: u64 = ["hold_on_cpu_ns", "hold_runnable_ns", "hold_sleeping_ns"]
+        .iter()
+        .map(|f| ns(row, f))
+        .sum::<Result<u64>>()?;
+    ensure!(total > 0, "{mode}: no hold split: {row}");
+    Ok(Some(ns(row, state)? as f64 / total as f64))
+}
+
 fn sleeping_holder_in(mode: &str) -> Result<()> {
     let rounds = 5;
     let (report, facts) = trace_helper(
         "uffd",
-        &["--mode", mode, "--class", "pipe-mutex"],
+        &holder_trace_args(mode),
         &["--uffd-holder", &rounds.to_string()],
     )?;
     let (ino, tid) = ino_and_tid(&facts)?;
@@ -405,10 +430,19 @@ fn sleeping_holder_in(mode: &str) -> Result<()> {
         ns(&row, "holder_sleeping_ns")? >= sleeping,
         "the row's sleeping time is at least its owner's: {row}"
     );
+    let holds = hold_share(mode, &row, "hold_sleeping_ns")?;
+    if let Some(share) = holds {
+        ensure!(
+            share >= 0.8,
+            "{mode}: holders slept {:.0} % of their holds, want ≥ 80 %",
+            share * 100.0
+        );
+    }
     println!(
-        "  {mode}: {waits} waits for the faulting holder, longest {:.1} ms, holder sleeping {:.0} % of them",
+        "  {mode}: {waits} waits for the faulting holder, longest {:.1} ms, holder sleeping {:.0} % of them{}",
         max as f64 / 1e6,
-        sleeping as f64 * 100.0 / total as f64
+        sleeping as f64 * 100.0 / total as f64,
+        holds.map_or(String::new(), |s| format!("; holds {:.0} % sleeping", s * 100.0))
     );
     Ok(())
 }
@@ -433,11 +467,19 @@ fn preempted_holder_in(mode: &str) -> Result<()> {
     let rounds = 5;
     let (report, facts) = trace_helper(
         "preempted",
-        &["--mode", mode, "--class", "pipe-mutex"],
+        &holder_trace_args(mode),
         &["--preempted-holder", &rounds.to_string()],
     )?;
     let (ino, tid) = ino_and_tid(&facts)?;
-    let (_, owner) = mutex_row_and_owner(&report, ino, tid)?;
+    let (row, owner) = mutex_row_and_owner(&report, ino, tid)?;
+    let holds = hold_share(mode, &row, "hold_runnable_ns")?;
+    if let Some(share) = holds {
+        ensure!(
+            share >= 0.8,
+            "{mode}: holders were runnable {:.0} % of their holds, want ≥ 80 %",
+            share * 100.0
+        );
+    }
     let (runnable, total) = (
         ns(&owner, "holder_runnable_ns")?,
         ns(&owner, "holder_on_cpu_ns")?
@@ -449,10 +491,11 @@ fn preempted_holder_in(mode: &str) -> Result<()> {
         "the holder was runnable for {runnable} of {total} ns of the waits it caused, want ≥ 80 %: {owner}"
     );
     println!(
-        "  {mode}: {} waits for the preempted holder, {:.1} ms in all, holder runnable {:.0} % of it",
+        "  {mode}: {} waits for the preempted holder, {:.1} ms in all, holder runnable {:.0} % of it{}",
         ns(&owner, "waits")?,
         total as f64 / 1e6,
-        runnable as f64 * 100.0 / total as f64
+        runnable as f64 * 100.0 / total as f64,
+        holds.map_or(String::new(), |s| format!("; holds {:.0} % runnable", s * 100.0))
     );
     Ok(())
 }

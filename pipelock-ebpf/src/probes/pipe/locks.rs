@@ -1,7 +1,10 @@
 //! Timing a call's pipe locks: lock call → acquired (wait) → released
 //! (hold), recorded per lock at the release.
 use aya_ebpf::{
-    EbpfContext, bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, programs::tracing::StackIdContext,
+    EbpfContext,
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_task, bpf_ktime_get_ns},
+    programs::tracing::StackIdContext,
 };
 use pipelock_common::{
     LCB_F_SPIN, LockInfo, LockKey, TaskPipe, class, detail,
@@ -11,7 +14,7 @@ use pipelock_common::{
 use super::calls::{PIPE_PENDING, adopt_pipe, current_state, which_lock};
 use crate::{
     maps::{LOCK_INFO, bump, config, record, record_part, stack_id, stats_of},
-    probes::holder::{mutex_owner, name_task, owners_wanted, record_owner, unwatch, watch},
+    probes::holder::{mutex_owner, name_task, owners_wanted, record_owner, record_split, unwatch, watch},
 };
 
 pub(super) const CLASSES: [u32; COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
@@ -53,7 +56,28 @@ pub(super) fn mutex_lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u6
     state.flags_and[index] = u32::MAX;
     state.stack_id[index] = stack_id(config(), ctx);
     forget_owner(state, index / COUNT);
+    watch_hold(state, index / COUNT, at);
     register(state, index, lock);
+}
+
+/// `--hold-states`: this thread starts watching itself as the holder of
+/// pipe `pipe`'s mutex (a hold whose release was missed stops first).
+#[inline(always)]
+fn watch_hold(state: &mut TaskPipe, pipe: usize, at: u64) {
+    let cfg = config();
+    if pipe >= PIPES || cfg.details & (1 << detail::HOLD) == 0 {
+        return;
+    }
+    // SAFETY: no preconditions; the task is only used as a map key and for probe reads.
+    let task = unsafe { bpf_get_current_task() };
+    if state.hold_watched & (1 << pipe) != 0 {
+        let _ = unwatch(task, &state.hold_at_start[pipe], at);
+        state.hold_watched &= !(1 << pipe);
+    }
+    if let Some(clock) = watch(cfg, task, at) {
+        state.hold_at_start[pipe] = clock;
+        state.hold_watched |= 1 << pipe;
+    }
 }
 
 /// A contended mutex acquisition of the call's pipe `pipe`: who owns the
@@ -113,6 +137,15 @@ pub(super) fn mutex_contention_end(lock: u64) {
     state.wait_start[index] = 0;
     state.hold_start[index] = at;
     let pipe = index / COUNT;
+    // The hold starts now, not at the lock call.
+    if pipe < PIPES && state.hold_watched & (1 << pipe) != 0 {
+        // SAFETY: as in `watch_hold`.
+        let task = unsafe { bpf_get_current_task() };
+        if let Some(clock) = crate::maps::WATCHED.get_ptr_mut(&task) {
+            // SAFETY: a live map value.
+            state.hold_at_start[pipe] = unsafe { (*clock).at(at) };
+        }
+    }
     if pipe < PIPES && owners_wanted(config()) {
         let split = match state.owner_task[pipe] {
             0 => None,
@@ -255,10 +288,19 @@ pub(super) fn released(lock: u64) {
             bump(&mut stats.spin_only, 1);
         }
     }
-    let (wait, hold) = (state.wait_ns[index], now() - start);
+    let at = now();
+    let (wait, hold) = (state.wait_ns[index], at - start);
     record(&mut stats.wait, wait);
     record(&mut stats.hold, hold);
     let cfg = config();
+    let pipe = index / COUNT;
+    if index % COUNT == pipe_lock::MUTEX && pipe < PIPES && state.hold_watched & (1 << pipe) != 0 {
+        state.hold_watched &= !(1 << pipe);
+        // SAFETY: as in `watch_hold`.
+        let task = unsafe { bpf_get_current_task() };
+        let split = unwatch(task, &state.hold_at_start[pipe], at);
+        record_split(key, detail::HOLD, 0, hold, split);
+    }
     if cfg.details & (1 << detail::CALLER) != 0 {
         let _ = record_part(
             key,
