@@ -70,6 +70,12 @@ pub enum Error {
     /// A workload could not run as asked.
     #[error("workload failed: {reason}")]
     Workload { reason: String },
+    /// Preparing or booting a guest kernel failed (`pipelock ab`).
+    #[error("VM")]
+    Vm {
+        #[source]
+        source: pipelock_vm::Error,
+    },
     /// The arguments are valid one by one but not together.
     #[error("{0}")]
     Usage(String),

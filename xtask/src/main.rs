@@ -2,8 +2,6 @@
 //! and runs every test layer. See README.md for the two commands that matter.
 mod bench;
 mod bootstrap;
-mod cpio;
-mod guest_log;
 mod vm;
 
 use std::{
@@ -243,7 +241,16 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
     };
     let vms = vm::vm_test(root, &tools, &vm_args.options()).map(drop);
     let soaked = soak.finish();
-    vms.and(soaked)
+    vms.and(soaked)?;
+    // `pipelock ab` between two of those kernels, from their cache.
+    let kernels = format!(
+        "{}:{}",
+        vm::kernel_image(root, "6.1")?.display(),
+        vm::kernel_image(root, "6.18")?.display()
+    );
+    run(cargo(root, &tools)?
+        .args(["test", "--release", "--test", "integration", "--", "ab_"])
+        .env("PIPELOCK_AB_KERNELS", kernels))
 }
 
 /// How long `cargo xtask test` runs `pipelock serve` over churning pipes.

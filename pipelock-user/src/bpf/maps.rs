@@ -32,8 +32,11 @@ fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a Map, Error> {
     })
 }
 
-/// Statistics by lock.
-pub type Stats = HashMap<LockKey, LockStats>;
+/// Statistics by lock. Boxed: a value is ~1.1 KB, and a table of them
+/// that entries keep leaving and joining (a long trace of a churning
+/// system) is eventually doubled; a table of pointers costs nothing to
+/// double, and freed values are reused.
+pub type Stats = HashMap<LockKey, Box<LockStats>>;
 
 /// Adds one statistics map's entries to `into`.
 fn add_stats(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<(), Error> {
@@ -43,7 +46,10 @@ fn add_stats(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<(), Error> {
         let (key, mut value) = entry.map_err(map_err(name))?;
         value.wait.count_buckets();
         value.hold.count_buckets();
-        merge_stats(into.entry(key).or_insert(LockStats::EMPTY), &value);
+        merge_stats(
+            into.entry(key).or_insert_with(|| Box::new(LockStats::EMPTY)),
+            &value,
+        );
     }
     Ok(())
 }

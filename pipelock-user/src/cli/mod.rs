@@ -1,7 +1,7 @@
 //! Command-line interface (clap derive); `main.rs` dispatches on it.
-mod live;
+pub mod live;
 
-pub use live::{ServeArgs, TopArgs, TopWorkload};
+pub use live::{AbArgs, ServeArgs, TopArgs, TopWorkload};
 use std::{path::PathBuf, time::Duration};
 
 use clap::{
@@ -72,6 +72,17 @@ pub enum Command {
     /// Run a built-in workload (the lock benchmarks of lock-patch threads),
     /// repeat it, and report its figures with perf-stat-like counters.
     Run(RunArgs),
+    /// Run the same (traced) command on two kernels under qemu, N times
+    /// each, and compare them: workload figures and lock behaviour, with
+    /// Welch's t-test marking what changed.
+    Ab(AbArgs),
+    /// In a guest of `pipelock ab`: print FILE framed for the console.
+    #[command(hide = true)]
+    AbEmit {
+        nonce: String,
+        name: String,
+        file: PathBuf,
+    },
     /// Compare two `pipelock run --json` results: mean ± sd, delta, Welch's t-test.
     Compare {
         /// The baseline ("before") result file.

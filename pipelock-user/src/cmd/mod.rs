@@ -1,5 +1,6 @@
 //! One module per subcommand, each wiring the layers below: kernel facts,
 //! programs, collection, model, views.
+pub mod ab;
 pub mod compare;
 pub mod overhead;
 pub mod probe;
@@ -41,6 +42,22 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             ebpf_log: cli.ebpf_log,
         }),
         Command::Run(args) => run::run(args.workload, cli.ebpf_log),
+        Command::Ab(args) => ab::run(ab::Options {
+            kernels: args.kernels,
+            runs: args.runs,
+            accel: match args.accel {
+                crate::cli::live::AbAccel::Auto => ab::AccelChoice::Auto,
+                crate::cli::live::AbAccel::Kvm => ab::AccelChoice::Kvm,
+                crate::cli::live::AbAccel::Tcg => ab::AccelChoice::Tcg,
+            },
+            cpus: args.cpus,
+            memory_mib: args.memory,
+            timeout: args.timeout,
+            json: args.json,
+            command: args.command,
+            verbose: args.verbose,
+        }),
+        Command::AbEmit { nonce, name, file } => ab::emit(&nonce, &name, &file),
         Command::Compare { a, b } => {
             print!("{}", compare::compare(&a, &b)?);
             Ok(())

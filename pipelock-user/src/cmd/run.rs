@@ -45,11 +45,20 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     } else {
         None
     };
-    let report = workload::run(workload.as_ref(), &common)?;
+    // The trace goes into the result file too, read once the runs end.
+    let mut traced = None;
+    let report = workload::run_then(workload.as_ref(), &common, &mut |report| {
+        if let Some(tracer) = &tracer {
+            let trace = tracer.report()?;
+            report.trace = serde_json::to_value(&trace).ok();
+            traced = Some(trace);
+        }
+        Ok(())
+    })?;
     print!("{}", report.render(&workload.describe_summary(&report)));
-    if let Some(tracer) = tracer {
+    if let Some(trace) = traced {
         println!();
-        print!("{}", render::render(&tracer.report()?, TRACE_TOP_ROWS));
+        print!("{}", render::render(&trace, TRACE_TOP_ROWS));
     }
     if report.interrupted {
         Err(Error::Interrupted)

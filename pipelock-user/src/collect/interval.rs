@@ -26,6 +26,11 @@ use crate::{
 pub const MAX_TRACKED_LOCKS: usize = 8192;
 
 /// Everything since attach (or the last reset), bounded: no aya, no I/O.
+/// Parts (owners, callers, tasks) the running total keeps per tracked lock
+/// on average: its bound in all (past it, every lock keeps its four
+/// busiest: what is left fits well under the bound, so this is rare).
+const MAX_DETAILS_PER_LOCK_AVG: usize = 8;
+
 /// Ticks between two clean-ups of the thread names nothing refers to.
 const FORGET_NAMES_EVERY: u64 = 8;
 
@@ -48,11 +53,21 @@ pub struct RunningTotal {
 
 impl RunningTotal {
     pub fn new(max_tracked: usize) -> Self {
+        // Room for twice the bound from the start: a table at its bound
+        // that entries keep leaving and joining is rehashed in place, never
+        // grown, so memory settles once the bound is reached.
+        let mut taken = Taken::default();
+        taken.stats.reserve(2 * max_tracked);
+        taken.details.reserve(MAX_DETAILS_PER_LOCK_AVG * max_tracked);
+        let mut known = Identities::default();
+        known.info.reserve(2 * max_tracked);
+        known.users.reserve(2 * max_tracked);
+        known.tasks.reserve(MAX_DETAILS_PER_LOCK_AVG * max_tracked);
         Self {
-            taken: Taken::default(),
-            last_seen: HashMap::new(),
+            taken,
+            last_seen: HashMap::with_capacity(2 * max_tracked),
             retired: BTreeMap::new(),
-            known: Identities::default(),
+            known,
             ticks: 0,
             max_tracked,
         }
@@ -71,6 +86,10 @@ impl RunningTotal {
         self.ticks += 1;
         merge_details(&mut self.taken.details, &fresh.details);
         fold_details(&mut self.taken.details, MAX_PARTS_PER_LOCK);
+        // Bounded in all, not only per lock.
+        if self.taken.details.len() > MAX_DETAILS_PER_LOCK_AVG * self.max_tracked {
+            fold_details(&mut self.taken.details, 4);
+        }
         // Names of threads no part refers to any more (folded, retired),
         // every few ticks: threads come and go by the thousand, and a
         // table that keeps growing would be doubled long after the rest
@@ -80,7 +99,13 @@ impl RunningTotal {
             self.known.tasks.retain(|tid, _| named.contains(tid));
         }
         for (key, stats) in &fresh.stats {
-            merge_stats(self.taken.stats.entry(*key).or_insert(LockStats::EMPTY), stats);
+            merge_stats(
+                self.taken
+                    .stats
+                    .entry(*key)
+                    .or_insert_with(|| Box::new(LockStats::EMPTY)),
+                stats,
+            );
             self.last_seen.insert(*key, self.ticks);
         }
         self.retire();
@@ -244,7 +269,7 @@ mod tests {
                     lock: 0x1000 + i,
                     owner: tick * 100 + i,
                 };
-                fresh.stats.insert(key, contended(i + 1));
+                fresh.stats.insert(key, Box::new(contended(i + 1)));
                 ids.info.insert(
                     key,
                     LockInfo {
@@ -256,7 +281,7 @@ mod tests {
             }
             // One lock stays busy all along: it must never be retired.
             let busy = LockKey { lock: 1, owner: 1 };
-            fresh.stats.insert(busy, contended(1));
+            fresh.stats.insert(busy, Box::new(contended(1)));
             sum += 1;
             total.add(&fresh, &ids);
             assert!(

@@ -6,7 +6,8 @@ use pipelock_common::{DetailKey, DetailStats, LockKey, detail, holder};
 use serde::{Deserialize, Serialize};
 
 /// A lock's figures broken down by owner, caller or task, as drained.
-pub type Details = HashMap<DetailKey, DetailStats>;
+/// Boxed for the reason `Stats` is: the table is cheap to grow.
+pub type Details = HashMap<DetailKey, Box<DetailStats>>;
 
 /// A thread's process id and command name (`TASK_NAMES`).
 pub type TaskNames = HashMap<u32, (u32, String)>;
@@ -219,8 +220,8 @@ pub fn fold_details(details: &mut Details, keep: usize) {
 /// Details grouped by lock (one pass over the drained map per report).
 pub fn by_lock(details: &Details) -> HashMap<LockKey, Vec<(&DetailKey, &DetailStats)>> {
     let mut grouped: HashMap<LockKey, Vec<_>> = HashMap::new();
-    for entry in details {
-        grouped.entry(entry.0.lock).or_default().push(entry);
+    for (key, stats) in details {
+        grouped.entry(key.lock).or_default().push((key, &**stats));
     }
     grouped
 }
@@ -229,20 +230,26 @@ pub fn by_lock(details: &Details) -> HashMap<LockKey, Vec<(&DetailKey, &DetailSt
 mod tests {
     use super::*;
 
-    fn owner(lock: LockKey, tid: u32, waits: u64, wait_ns: u64, split: [u64; 3]) -> (DetailKey, DetailStats) {
+    fn owner(
+        lock: LockKey,
+        tid: u32,
+        waits: u64,
+        wait_ns: u64,
+        split: [u64; 3],
+    ) -> (DetailKey, Box<DetailStats>) {
         (
             DetailKey {
                 lock,
                 kind: detail::OWNER,
                 id: tid,
             },
-            DetailStats {
+            Box::new(DetailStats {
                 contentions: waits,
                 wait_ns,
                 wait_max_ns: wait_ns / waits.max(1),
                 holder_ns: split,
                 ..DetailStats::default()
-            },
+            }),
         )
     }
 
@@ -299,7 +306,7 @@ mod tests {
         };
         assert_eq!(kept, [8, 9, 10, FOLDED], "the three that caused most wait stay");
         assert_eq!(details.values().map(|d| d.wait_ns).sum::<u64>(), before);
-        let folded = details[&DetailKey {
+        let folded = &details[&DetailKey {
             lock,
             kind: detail::OWNER,
             id: FOLDED,
@@ -317,7 +324,7 @@ mod tests {
         let (_, b) = owner(lock, 5, 1, 30, [30, 0, 0]);
         merge_details(&mut total, &[(key, a)].into_iter().collect());
         merge_details(&mut total, &[(key, b)].into_iter().collect());
-        let merged = total[&key];
+        let merged = &total[&key];
         assert_eq!(
             (merged.contentions, merged.wait_ns, merged.wait_max_ns),
             (2, 40, 30)

@@ -151,7 +151,12 @@ impl Workload for PipeHerd {
         }
         Ok(Measurement {
             value: elapsed,
-            details: json!({ "final_count": progress.load(Ordering::Relaxed) }),
+            details: json!({
+                "final_count": progress.load(Ordering::Relaxed),
+                // A token passed is one write and one read on the pipe.
+                "operations": progress.load(Ordering::Relaxed),
+                "operation": "token (write+read)",
+            }),
         })
     }
 

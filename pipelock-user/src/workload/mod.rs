@@ -145,6 +145,16 @@ fn progress_bar(workload: &dyn Workload, runs: u32, quiet: bool) -> ProgressBar 
 /// Runs the workload `--runs` times and builds the report. On Ctrl-C the
 /// current run is killed and the report holds the runs that finished.
 pub fn run(workload: &dyn Workload, common: &CommonArgs) -> Result<Report, Error> {
+    run_then(workload, common, &mut |_| Ok(()))
+}
+
+/// [`run`], with `finish` completing the report before its files are
+/// written (`--trace` adds the trace there).
+pub fn run_then(
+    workload: &dyn Workload,
+    common: &CommonArgs,
+    finish: &mut dyn FnMut(&mut Report) -> Result<(), Error>,
+) -> Result<Report, Error> {
     let outputs = crate::output::Outputs::prepare(common.json.as_deref(), common.csv.as_deref())?;
     // The bar is drawn on stderr, and only when a person is watching stdout.
     let quiet = common.quiet
@@ -173,6 +183,7 @@ pub fn run(workload: &dyn Workload, common: &CommonArgs) -> Result<Report, Error
     }
     bar.finish_and_clear();
     report.finish();
+    finish(&mut report)?;
     outputs.write_with(|format| match format {
         crate::output::Format::Json => serde_json::to_vec_pretty(&report).map_err(std::io::Error::other),
         crate::output::Format::Csv => report::to_csv(&report).map_err(std::io::Error::other),

@@ -51,6 +51,10 @@ pub struct Report {
     pub summary: Option<Summary>,
     /// Ctrl-C stopped the runs early; `runs` holds those that finished.
     pub interrupted: bool,
+    /// `--trace`: the trace of the runs (a `pipelock trace --json` report;
+    /// opaque here: the workloads know nothing of tracing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<serde_json::Value>,
 }
 
 impl Report {
@@ -75,6 +79,7 @@ impl Report {
             runs: Vec::new(),
             summary: None,
             interrupted: false,
+            trace: None,
         }
     }
 

@@ -93,6 +93,9 @@ impl Workload for PipeThroughput {
 
     fn measure(&self, shared: &Shared) -> Result<Measurement, Error> {
         let mut pass_lps = Vec::new();
+        // Write + read pairs, all passes and copies: what per-operation
+        // lock counts are divided by (`pipelock ab`).
+        let mut loops = 0u64;
         for _ in 0..self.0.passes {
             let mut pids = Vec::new();
             for copy in 0..self.0.copies as usize {
@@ -115,6 +118,9 @@ impl Workload for PipeThroughput {
                     reason: "a pipe-throughput copy failed".into(),
                 });
             }
+            loops += (0..self.0.copies as usize)
+                .map(|copy| shared.get(count_slot(copy)).load(Ordering::Relaxed))
+                .sum::<u64>();
             let lps: f64 = (0..self.0.copies as usize)
                 .map(|copy| {
                     let count = shared.get(count_slot(copy)).load(Ordering::Relaxed) as f64;
@@ -132,6 +138,8 @@ impl Workload for PipeThroughput {
             details: json!({
                 "pass_lps": pass_lps,
                 "samples_kept": kept,
+                "operations": loops,
+                "operation": "write+read pair",
                 "index": unixbench_index(score, PIPE_THROUGHPUT_BASELINE_LPS),
             }),
         })

@@ -5,8 +5,6 @@
 //! static integration-test binary, boot it under qemu TCG, echo the console,
 //! and judge the run from the console output (see `guest_log`).
 mod image;
-mod kernels;
-mod qemu;
 
 use std::{
     fs,
@@ -16,14 +14,14 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-pub use self::kernels::{Kernel, Source, parse_kernel_list, selects};
-use self::{
-    image::{BUSYBOX, build_static, is_static, write_initramfs},
-    kernels::PrivateApt,
-    qemu::boot,
+use pipelock_vm::{
+    guest_log::{self, Counts, Verdict},
+    image::{BUSYBOX, is_static},
+    kernels::{Kernel, PrivateApt, Source, parse_kernel_list, selects},
+    qemu::{self, Accel, BootOptions, Machine},
 };
 
-use crate::guest_log::{self, Counts, Verdict};
+use self::image::{build_static, write_initramfs};
 
 pub struct Options {
     /// Only kernels whose name contains one of these.
@@ -138,7 +136,26 @@ pub fn boot_each(
         let nonce = nonce();
         let initramfs = vm_dir.join(format!("initramfs-{}.cpio", kernel.name));
         write_initramfs(&initramfs, &pipelock, &integration, kernel, &nonce, guest)?;
-        let (log, timed_out) = boot(&kernel.name, &image, &initramfs, options)?;
+        let boot = qemu::boot(
+            &image,
+            &initramfs,
+            &BootOptions {
+                name: &kernel.name,
+                machine: Machine {
+                    accel: if options.kvm { Accel::Kvm } else { Accel::Tcg },
+                    ..Machine::default()
+                },
+                timeout: options.timeout,
+                echo: true,
+                verbose: options.verbose,
+            },
+        )?;
+        eprintln!(
+            "xtask: {}: qemu exited after {:.1} s",
+            kernel.name,
+            boot.took.as_secs_f64()
+        );
+        let (log, timed_out) = (boot.log, boot.timed_out);
         fs::write(vm_dir.join(format!("{}.log", kernel.name)), &log)?;
         if !options.verbose {
             let _ = fs::remove_file(&initramfs);
@@ -151,6 +168,36 @@ pub fn boot_each(
         });
     }
     Ok(boots)
+}
+
+/// The kernel image of the kernel of `xtask/vm-kernels.txt` that `selector`
+/// picks (fetched and cached as for the VM tests).
+pub fn kernel_image(root: &Path, selector: &str) -> Result<std::path::PathBuf> {
+    let list = root.join("xtask/vm-kernels.txt");
+    let kernels = parse_kernel_list(&fs::read_to_string(&list).with_context(|| list.display().to_string())?)?;
+    let mut suites: Vec<&str> = kernels
+        .iter()
+        .filter_map(|k| match &k.source {
+            Source::Apt { suite, .. } => Some(suite.as_str()),
+            Source::File(_) => None,
+        })
+        .collect();
+    suites.sort_unstable();
+    suites.dedup();
+    let kernel = kernels
+        .iter()
+        .find(|k| selects(&k.name, selector))
+        .with_context(|| format!("no kernel of {} is {selector}", list.display()))?;
+    let vm_dir = root.join("target/vm");
+    Ok(match &kernel.source {
+        Source::File(path) => path.clone(),
+        Source::Apt { suite, glob } => PrivateApt::new(&vm_dir.join("apt")).kernel_image(
+            suite,
+            glob,
+            &vm_dir.join("kernels"),
+            &suites,
+        )?,
+    })
 }
 
 fn nonce() -> String {

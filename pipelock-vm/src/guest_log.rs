@@ -8,6 +8,93 @@ pub fn sentinel(nonce: &str) -> String {
     format!("PIPELOCK-VM-RESULT {nonce} rc=")
 }
 
+/// Results come back over the serial console: hex chunks of at most this
+/// many bytes a line, so a kernel message printed in the middle breaks one
+/// chunk (and the checksum says so), not the whole console.
+const CHUNK: usize = 2048;
+
+/// FNV-1a, 64 bits: enough to tell a garbled result from a whole one.
+pub fn checksum(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The console lines that carry `payload` as result `name` of the run
+/// with `nonce`: `PIPELOCK-RESULT nonce name i/n hex`, then
+/// `PIPELOCK-RESULT nonce name end len checksum`.
+pub fn frame(nonce: &str, name: &str, payload: &[u8]) -> String {
+    let chunks: Vec<&[u8]> = payload.chunks(CHUNK).collect();
+    let mut out = String::new();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let hex: String = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        out.push_str(&format!(
+            "PIPELOCK-RESULT {nonce} {name} {}/{} {hex}\n",
+            i + 1,
+            chunks.len()
+        ));
+    }
+    out.push_str(&format!(
+        "PIPELOCK-RESULT {nonce} {name} end {} {:016x}\n",
+        payload.len(),
+        checksum(payload)
+    ));
+    out
+}
+
+/// The results of the run with `nonce` in a console log, by name, in
+/// order. A result whose chunks are missing or whose checksum is wrong is
+/// an error naming it (the console garbled it).
+pub fn results(log: &str, nonce: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let prefix = format!("PIPELOCK-RESULT {nonce} ");
+    let mut open: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut done = Vec::new();
+    for line in log.lines() {
+        let Some(rest) = line.find(&prefix).map(|at| &line[at + prefix.len()..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (Some(name), Some(what)) = (fields.next(), fields.next()) else {
+            return Err(format!("a garbled result line: {line}"));
+        };
+        let slot = match open.iter().position(|(n, _)| n == name) {
+            Some(at) => at,
+            None => {
+                open.push((name.to_owned(), Vec::new()));
+                open.len() - 1
+            }
+        };
+        if what == "end" {
+            let (len, sum) = (fields.next(), fields.next());
+            let (name, data) = open.remove(slot);
+            let whole = len.and_then(|l| l.parse::<usize>().ok()) == Some(data.len())
+                && sum.and_then(|s| u64::from_str_radix(s, 16).ok()) == Some(checksum(&data));
+            if !whole {
+                return Err(format!(
+                    "result {name} arrived garbled (length or checksum differ)"
+                ));
+            }
+            done.push((name, data));
+            continue;
+        }
+        let hex = fields.next().unwrap_or("");
+        let bytes: Option<Vec<u8>> = (0..hex.len())
+            .step_by(2)
+            .map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect();
+        match bytes {
+            Some(bytes) => open[slot].1.extend(bytes),
+            None => return Err(format!("result {name} arrived garbled (not hex)")),
+        }
+    }
+    if let Some((name, _)) = open.first() {
+        return Err(format!(
+            "result {name} never finished (the guest stopped while printing it)"
+        ));
+    }
+    Ok(done)
+}
+
 /// Counts from the integration harness's closing line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -194,6 +281,35 @@ mod tests {
             "{:?}",
             j.verdict
         );
+    }
+
+    #[test]
+    fn framed_results_come_back_whole_or_are_refused() {
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let console = format!(
+            "[    1.0] boot\n{}junk\n{}",
+            frame("n1", "run-1", &payload),
+            frame("n1", "run-2", b"{}")
+        );
+        let got = results(&console, "n1").unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].0.as_str(), got[0].1.len()), ("run-1", 5000));
+        assert_eq!(got[0].1, payload);
+        assert_eq!(got[1].1, b"{}");
+        assert!(
+            results(&console, "other").unwrap().is_empty(),
+            "another run's nonce"
+        );
+        // A kernel message in the middle of a chunk.
+        let garbled = console.replacen(
+            "PIPELOCK-RESULT n1 run-1 2/3 ",
+            "PIPELOCK-RESULT n1 run-1 2/3 0f",
+            1,
+        );
+        assert!(results(&garbled, "n1").unwrap_err().contains("run-1"));
+        // A guest that died while printing.
+        let cut: String = console.lines().take(3).map(|l| format!("{l}\n")).collect();
+        assert!(results(&cut, "n1").unwrap_err().contains("never finished"));
     }
 
     #[test]

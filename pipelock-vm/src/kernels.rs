@@ -7,7 +7,11 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, Result, bail, ensure};
+use crate::{Error, Result, io};
+
+fn invalid(why: String) -> Error {
+    Error::Invalid(why)
+}
 
 #[derive(Debug)]
 pub struct Kernel {
@@ -32,33 +36,34 @@ pub fn parse_kernel_list(text: &str) -> Result<Vec<Kernel>> {
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
         let [name, source, expected] = fields[..] else {
-            bail!(
+            return Err(invalid(format!(
                 "vm-kernels.txt:{}: want `NAME SOURCE EXPECTED-PROGRAM-TYPES`, got `{line}`",
                 number + 1
-            );
+            )));
         };
         let source = if let Some(path) = source.strip_prefix("file:") {
             Source::File(PathBuf::from(path))
         } else if let Some(rest) = source.strip_prefix("apt:") {
             let (suite, glob) = rest
                 .split_once(':')
-                .with_context(|| format!("vm-kernels.txt:{}: want apt:SUITE:GLOB", number + 1))?;
+                .ok_or_else(|| invalid(format!("vm-kernels.txt:{}: want apt:SUITE:GLOB", number + 1)))?;
             Source::Apt {
                 suite: suite.to_owned(),
                 glob: glob.to_owned(),
             }
         } else {
-            bail!(
+            return Err(invalid(format!(
                 "vm-kernels.txt:{}: source must start with apt: or file:",
                 number + 1
-            );
+            )));
         };
         for kind in expected.split(',') {
-            ensure!(
-                ["tracepoint", "tp_btf", "fentry", "kprobe"].contains(&kind),
-                "vm-kernels.txt:{}: unknown program type `{kind}`",
-                number + 1
-            );
+            if !["tracepoint", "tp_btf", "fentry", "kprobe"].contains(&kind) {
+                return Err(invalid(format!(
+                    "vm-kernels.txt:{}: unknown program type `{kind}`",
+                    number + 1
+                )));
+            }
         }
         kernels.push(Kernel {
             name: name.to_owned(),
@@ -166,16 +171,17 @@ impl PrivateApt {
         if fresh {
             return Ok(());
         }
-        fs::create_dir_all(self.dir.join("state/lists/partial"))?;
-        fs::create_dir_all(self.dir.join("cache/archives/partial"))?;
-        fs::write(&sources_path, sources)?;
-        fs::write(self.dir.join("state/status"), "")?;
+        let dir = || io(format!("cannot prepare {}", self.dir.display()));
+        fs::create_dir_all(self.dir.join("state/lists/partial")).map_err(dir())?;
+        fs::create_dir_all(self.dir.join("cache/archives/partial")).map_err(dir())?;
+        fs::write(&sources_path, sources).map_err(dir())?;
+        fs::write(self.dir.join("state/status"), "").map_err(dir())?;
         crate::run(
             Command::new("apt-get")
                 .args(self.options())
                 .args(["update", "-qq"]),
         )?;
-        fs::write(stamp, "")?;
+        fs::write(stamp, "").map_err(dir())?;
         Ok(())
     }
 
@@ -183,13 +189,15 @@ impl PrivateApt {
         let out = Command::new("apt-cache")
             .args(self.options())
             .args(args)
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "apt-cache {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        Ok(String::from_utf8(out.stdout)?)
+            .output()
+            .map_err(io("cannot start apt-cache"))?;
+        if !out.status.success() {
+            return Err(Error::Command {
+                command: format!("apt-cache {args:?}"),
+                detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The vmlinuz of the newest package matching `glob` in `suite`, cached by version.
@@ -201,10 +209,9 @@ impl PrivateApt {
         all_suites: &[&str],
     ) -> Result<PathBuf> {
         self.update(all_suites)?;
-        ensure!(
-            all_suites.contains(&suite),
-            "suite {suite} is not among the sources"
-        );
+        if !all_suites.contains(&suite) {
+            return Err(invalid(format!("suite {suite} is not among the sources")));
+        }
         let prefix = glob.split('*').next().unwrap_or(glob);
         let package = self
             .output(&["pkgnames", prefix])?
@@ -212,20 +219,20 @@ impl PrivateApt {
             .filter(|name| glob_match(glob, name))
             .max_by(|a, b| natural_cmp(a, b))
             .map(str::to_owned)
-            .with_context(|| format!("no Debian package matches {glob} in {suite}"))?;
+            .ok_or_else(|| invalid(format!("no Debian package matches {glob} in {suite}")))?;
         let version = self
             .output(&["show", "--no-all-versions", &package])?
             .lines()
             .find_map(|l| l.strip_prefix("Version: ").map(str::to_owned))
-            .with_context(|| format!("apt-cache shows no version of {package}"))?;
+            .ok_or_else(|| invalid(format!("apt-cache shows no version of {package}")))?;
         let dir = cache.join(format!("{package}_{version}"));
         let image = dir.join("vmlinuz");
         if image.is_file() {
             return Ok(image);
         }
-        eprintln!("xtask: fetching {package} {version}");
+        eprintln!("pipelock-vm: fetching {package} {version}");
         let staging = cache.join(format!(".download-{}", std::process::id()));
-        fs::create_dir_all(&staging)?;
+        fs::create_dir_all(&staging).map_err(io(format!("cannot create {}", staging.display())))?;
         crate::run(
             Command::new("apt-get")
                 .args(self.options())
@@ -233,25 +240,36 @@ impl PrivateApt {
                 .arg(format!("{package}={version}"))
                 .current_dir(&staging),
         )?;
-        let deb = fs::read_dir(&staging)?
+        let deb = fs::read_dir(&staging)
+            .map_err(io(format!("cannot read {}", staging.display())))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .find(|p| p.extension().is_some_and(|e| e == "deb"))
-            .context("apt-get download left no .deb")?;
-        let unpacked = staging.join("root");
-        crate::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
-        let vmlinuz = fs::read_dir(unpacked.join("boot"))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("vmlinuz-"))
-            })
-            .with_context(|| format!("{} holds no boot/vmlinuz-*", deb.display()))?;
-        fs::create_dir_all(&dir)?;
-        fs::rename(&vmlinuz, &image)?;
-        fs::remove_dir_all(&staging)?;
+            .ok_or_else(|| invalid("apt-get download left no .deb".to_owned()))?;
+        let extracted = vmlinuz_of_deb(&deb, &staging.join("root"))?;
+        fs::create_dir_all(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
+        fs::rename(&extracted, &image).map_err(io(format!("cannot move {}", extracted.display())))?;
+        let _ = fs::remove_dir_all(&staging);
         Ok(image)
     }
+}
+
+/// Unpacks a kernel `.deb` into `into` and returns its `boot/vmlinuz-*`.
+pub fn vmlinuz_of_deb(deb: &Path, into: &Path) -> Result<PathBuf> {
+    crate::run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(into))?;
+    fs::read_dir(into.join("boot"))
+        .map_err(|_| {
+            invalid(format!(
+                "{} holds no boot/ directory: not a kernel package",
+                deb.display()
+            ))
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vmlinuz-"))
+        })
+        .ok_or_else(|| invalid(format!("{} holds no boot/vmlinuz-*", deb.display())))
 }
 
 #[cfg(test)]
@@ -260,7 +278,7 @@ mod tests {
 
     #[test]
     fn the_shipped_kernel_list_parses() {
-        let text = include_str!("../../vm-kernels.txt");
+        let text = include_str!("../../xtask/vm-kernels.txt");
         let kernels = parse_kernel_list(text).unwrap();
         assert!(kernels.len() >= 3);
         assert!(kernels.iter().any(|k| k.name == "debian-6.18"));

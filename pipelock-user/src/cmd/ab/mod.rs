@@ -1,0 +1,346 @@
+//! `pipelock ab`: the same traced workload on two kernels, one command,
+//! one comparison table.
+//!
+//! Each kernel boots first for a preflight (kernel BTF, `pipelock probe`):
+//! a kernel pipelock cannot trace is refused before anything is measured.
+//! Then the command runs once per boot, boots alternating A B A B… so that
+//! drift on the host spreads over both. Each guest is this binary and its
+//! libraries in a busybox initramfs; its JSON result comes back framed and
+//! checksummed on the serial console.
+mod guest;
+mod table;
+
+use std::{
+    path::PathBuf,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use pipelock_vm::{
+    guest_log,
+    qemu::{self, Accel, BootOptions, Machine},
+};
+use serde::Serialize;
+
+pub use self::guest::emit;
+use self::{guest::Kernel, table::Figures};
+use crate::{Error, output::Outputs};
+
+/// `--accel`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccelChoice {
+    /// KVM if `/dev/kvm` answers within a few seconds, else TCG.
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+pub struct Options {
+    pub kernels: Vec<String>,
+    pub runs: u32,
+    pub accel: AccelChoice,
+    pub cpus: u32,
+    pub memory_mib: u32,
+    /// Per boot.
+    pub timeout: Duration,
+    pub json: Option<PathBuf>,
+    pub command: Vec<String>,
+    pub verbose: bool,
+}
+
+/// What a result file of `ab --json` holds.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_boot_that_gave_nothing_says_why_in_words() {
+        let timeout = Duration::from_secs(9);
+        assert!(boot_failure("x\n", true, timeout).contains("within 9 s"));
+        assert!(
+            boot_failure("[ 1.0] Kernel panic - not syncing: VFS\n", false, timeout).contains("Kernel panic")
+        );
+        let firmware = "SeaBIOS (version 1.16)\nProbing EDD (edd=off to disable)... ok\u{1b}[?7l\u{1b}[2J\n";
+        assert_eq!(
+            boot_failure(firmware, false, timeout),
+            "the guest stopped without its result; its last line: Probing EDD (edd=off to disable)... ok"
+        );
+        assert!(boot_failure("\u{1b}[2J\n\n", false, timeout).contains("not a bootable kernel"));
+    }
+}
+
+#[derive(Serialize)]
+struct AbReport<'a> {
+    command: &'a [String],
+    accel: &'static str,
+    emulated: bool,
+    runs_per_kernel: u32,
+    kernels: Vec<KernelRuns>,
+    table: &'a [table::Row],
+}
+
+#[derive(Serialize)]
+struct KernelRuns {
+    spec: String,
+    image: PathBuf,
+    release: String,
+    /// Each run's JSON result as the guest wrote it.
+    runs: Vec<serde_json::Value>,
+}
+
+fn nonce() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}{:x}", std::process::id())
+}
+
+/// Why a boot produced no usable result, in one line.
+fn boot_failure(log: &str, timed_out: bool, timeout: Duration) -> String {
+    const TROUBLE: [&str; 4] = ["Kernel panic", "Oops:", "BUG:", "general protection fault"];
+    let trouble = log
+        .lines()
+        .find(|l| TROUBLE.iter().any(|t| l.contains(t)))
+        .map(str::trim);
+    match (timed_out, trouble) {
+        (true, _) => format!(
+            "the guest did not finish within {} s (--timeout)",
+            timeout.as_secs()
+        ),
+        (false, Some(line)) => format!("the kernel died: {line}"),
+        (false, None) => {
+            // Firmware prints terminal escape sequences: only text counts.
+            let readable = |l: &str| -> String {
+                let mut out = String::new();
+                let mut chars = l.chars();
+                while let Some(c) = chars.next() {
+                    if c == '\x1b' {
+                        // ESC [ parameters… final byte (@ to ~).
+                        if chars.next() == Some('[') {
+                            for c in chars.by_ref() {
+                                if ('@'..='~').contains(&c) {
+                                    break;
+                                }
+                            }
+                        }
+                    } else if !c.is_control() {
+                        out.push(c);
+                    }
+                }
+                out.trim().to_owned()
+            };
+            let last = log
+                .lines()
+                .rev()
+                .map(readable)
+                .find(|l| l.chars().filter(|c| c.is_alphanumeric()).count() >= 3);
+            match last {
+                Some(line) => format!("the guest stopped without its result; its last line: {line}"),
+                None => "the guest stopped without printing anything: not a bootable kernel?".to_owned(),
+            }
+        }
+    }
+}
+
+struct Guest<'a> {
+    options: &'a Options,
+    machine: Machine,
+    work: PathBuf,
+    timeout: Duration,
+}
+
+/// How long the KVM probe's preflight boot may take: a KVM that works
+/// boots and powers off in seconds; on some hosts it hangs instead.
+const KVM_PROBE: Duration = Duration::from_secs(20);
+
+impl Guest<'_> {
+    /// Boots `kernel` running `script`; returns its results by name.
+    fn boot(
+        &self,
+        kernel: &Kernel,
+        label: &str,
+        script: impl Fn(&str) -> String,
+    ) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        let nonce = nonce();
+        let initramfs = self.work.join(format!("initramfs-{nonce}.cpio"));
+        guest::write_image(&initramfs, &nonce, &script(&nonce))?;
+        let booted = qemu::boot(
+            &kernel.image,
+            &initramfs,
+            &BootOptions {
+                name: label,
+                machine: self.machine.clone(),
+                timeout: self.timeout,
+                echo: self.options.verbose,
+                verbose: self.options.verbose,
+            },
+        );
+        let _ = std::fs::remove_file(&initramfs);
+        let booted = booted.map_err(|source| Error::Vm { source })?;
+        let fail = |why: String| Error::Usage(format!("kernel {} ({label}): {why}", kernel.spec));
+        if let Some(line) = booted.log.lines().find_map(|l| {
+            l.split_once(&format!("PIPELOCK-AB-REFUSED {nonce} "))
+                .map(|(_, why)| why.trim())
+        }) {
+            return Err(fail(format!("refused: {line}")));
+        }
+        if !booted.log.contains(&guest_log::sentinel(&nonce)) {
+            return Err(fail(boot_failure(&booted.log, booted.timed_out, self.timeout)));
+        }
+        let results = guest_log::results(&booted.log, &nonce).map_err(fail)?;
+        if let Some((_, output)) = results.iter().find(|(name, _)| name == "failed") {
+            let output = String::from_utf8_lossy(output);
+            let last = output
+                .lines()
+                .rev()
+                .find(|l| l.contains("error") && !l.trim().is_empty())
+                .or_else(|| output.lines().rev().find(|l| !l.trim().is_empty()))
+                .unwrap_or("");
+            return Err(fail(format!("the command failed in the guest: {}", last.trim())));
+        }
+        Ok(results)
+    }
+}
+
+pub fn run(options: Options) -> Result<(), Error> {
+    let [a_spec, b_spec] = &options.kernels[..] else {
+        return Err(Error::Usage(
+            "--kernel: give exactly two kernels, A and B".to_owned(),
+        ));
+    };
+    match options.command.first().map(String::as_str) {
+        Some("run" | "trace") => {}
+        _ => {
+            return Err(Error::Usage(
+                "ab -- SUBCOMMAND: `run WORKLOAD …` or `trace … -- CMD` (CMD from the guest's busybox)"
+                    .to_owned(),
+            ));
+        }
+    }
+    if options.runs == 0 {
+        return Err(Error::Usage("--runs must be at least 1".to_owned()));
+    }
+    // Files that cannot be written fail before anything boots.
+    let outputs = Outputs::prepare(options.json.as_deref(), None)?;
+    let kernels = [guest::resolve(a_spec)?, guest::resolve(b_spec)?];
+    let work = std::env::temp_dir().join(format!("pipelock-ab-{}", std::process::id()));
+    std::fs::create_dir_all(&work).map_err(Error::read(work.clone()))?;
+    let mut guest = Guest {
+        options: &options,
+        machine: Machine {
+            accel: if options.accel == AccelChoice::Kvm {
+                Accel::Kvm
+            } else {
+                Accel::Tcg
+            },
+            cpus: options.cpus,
+            memory_mib: options.memory_mib,
+        },
+        work: work.clone(),
+        timeout: options.timeout,
+    };
+    // auto: KVM if it creates a VM and boots kernel A's preflight in
+    // seconds (it exists and hangs on some hosts), else TCG.
+    let mut preflight_a = None;
+    if options.accel == AccelChoice::Auto && qemu::kvm_answers(Duration::from_secs(3)) {
+        guest.machine.accel = Accel::Kvm;
+        guest.timeout = KVM_PROBE.min(options.timeout);
+        match guest.boot(&kernels[0], "A preflight, KVM probe", guest::preflight_script) {
+            Ok(results) => preflight_a = Some(results),
+            Err(why) => {
+                eprintln!("pipelock ab: KVM does not boot kernel A here ({why}); using TCG");
+                guest.machine.accel = Accel::Tcg;
+            }
+        }
+        guest.timeout = options.timeout;
+    }
+    let accel = guest.machine.accel;
+    let emulated = accel == Accel::Tcg;
+    eprintln!(
+        "pipelock ab: {} vs {}, {} run(s) each, accel {}{}",
+        a_spec,
+        b_spec,
+        options.runs,
+        accel.name(),
+        if emulated {
+            " (emulated: compare ratios and counts, not absolute times)"
+        } else {
+            ""
+        }
+    );
+    let measured = (|| -> Result<[KernelRuns; 2], Error> {
+        let mut sides: Vec<KernelRuns> = Vec::new();
+        for (kernel, side) in kernels.iter().zip(["A", "B"]) {
+            eprintln!("pipelock ab: {side}: preflight of {}", kernel.image.display());
+            let results = match (side, preflight_a.take()) {
+                ("A", Some(done)) => done,
+                _ => guest.boot(kernel, &format!("{side} preflight"), guest::preflight_script)?,
+            };
+            let release = results
+                .iter()
+                .find(|(name, _)| name == "release")
+                .map(|(_, r)| String::from_utf8_lossy(r).trim().to_owned())
+                .unwrap_or_default();
+            sides.push(KernelRuns {
+                spec: kernel.spec.clone(),
+                image: kernel.image.clone(),
+                release,
+                runs: Vec::new(),
+            });
+        }
+        for run in 1..=options.runs {
+            for (at, kernel) in kernels.iter().enumerate() {
+                let label = format!("{} run {run}/{}", ["A", "B"][at], options.runs);
+                eprintln!("pipelock ab: {label} on {}", sides[at].release);
+                let results =
+                    guest.boot(kernel, &label, |nonce| guest::run_script(nonce, &options.command))?;
+                let (_, json) = results.iter().find(|(name, _)| name == "result").ok_or_else(|| {
+                    Error::Usage(format!("kernel {} ({label}): no result came back", kernel.spec))
+                })?;
+                let value: serde_json::Value = serde_json::from_slice(json).map_err(|e| {
+                    Error::Usage(format!(
+                        "kernel {} ({label}): its result is not JSON: {e}",
+                        kernel.spec
+                    ))
+                })?;
+                sides[at].runs.push(value);
+            }
+        }
+        let [a, b]: [KernelRuns; 2] = sides
+            .try_into()
+            .map_err(|_| Error::Usage("two kernels".to_owned()))?;
+        Ok([a, b])
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    let [a, b] = measured?;
+    let figures = |side: &KernelRuns| -> Result<Vec<Figures>, Error> {
+        side.runs
+            .iter()
+            .map(|run| {
+                table::figures(run).map_err(|why| Error::Usage(format!("kernel {}: {why}", side.spec)))
+            })
+            .collect()
+    };
+    let rows = table::compare(&figures(&a)?, &figures(&b)?);
+    println!(
+        "pipelock ab: {} — {} run(s) per kernel, accel {}{}",
+        options.command.join(" "),
+        options.runs,
+        accel.name(),
+        if emulated {
+            " (emulated: compare ratios and counts, not absolute times)"
+        } else {
+            ""
+        }
+    );
+    println!("A: {} ({})\nB: {} ({})\n", a.release, a.spec, b.release, b.spec);
+    print!("{}", table::render(&a.release, &b.release, &rows));
+    let report = AbReport {
+        command: &options.command,
+        accel: accel.name(),
+        emulated,
+        runs_per_kernel: options.runs,
+        kernels: vec![a, b],
+        table: &rows,
+    };
+    outputs.write_with(|_| serde_json::to_vec_pretty(&report).map_err(std::io::Error::other))
+}

@@ -1,0 +1,334 @@
+//! What `pipelock ab` compares: the figures of each run's JSON result (the
+//! workload's headline, and per lock class the acquisitions and
+//! contentions per operation, wait and hold mean and p99, what owners did),
+//! and the comparison table, as the kernel test robot prints it:
+//! `A mean ± sd%   %change   B mean ± sd%   metric`, with Welch's test
+//! marking what changed.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::workload::stats::{Summary, welch_t_test};
+
+/// Significance level of the marks in the table.
+pub const ALPHA: f64 = 0.05;
+/// Changes smaller than this (%) are not marked, however consistent: a
+/// count of 2.00001 against 2.00002 per operation is no change.
+pub const SMALLEST_CHANGE: f64 = 0.5;
+
+/// One run's figures, by metric name.
+pub type Figures = BTreeMap<String, f64>;
+
+fn u(value: &serde_json::Value) -> f64 {
+    value.as_f64().unwrap_or(0.0)
+}
+
+/// Upper bound (ns) of the bucket holding the `q` quantile of log2 buckets
+/// given as `[[lower bound, count], …]`; with their total count.
+fn quantile(buckets: &[(u64, u64)], q: f64) -> Option<f64> {
+    let total: u64 = buckets.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    let mut sorted = buckets.to_vec();
+    sorted.sort_unstable();
+    for (lower, n) in sorted {
+        seen += n;
+        if seen >= rank {
+            // Bucket 0 holds 0 ns exactly; bucket [l, 2l) ends at 2l - 1.
+            return Some(if lower == 0 { 0.0 } else { (lower * 2 - 1) as f64 });
+        }
+    }
+    None
+}
+
+/// A class's timings (wait or hold) merged over its rows.
+#[derive(Default)]
+struct Merged {
+    count: u64,
+    total_ns: u64,
+    buckets: BTreeMap<u64, u64>,
+}
+
+impl Merged {
+    fn add(&mut self, timing: &serde_json::Value) {
+        if timing.is_null() {
+            return;
+        }
+        self.count += timing["count"].as_u64().unwrap_or(0);
+        self.total_ns += timing["total_ns"].as_u64().unwrap_or(0);
+        for pair in timing["buckets"].as_array().into_iter().flatten() {
+            if let (Some(lower), Some(n)) = (pair[0].as_u64(), pair[1].as_u64()) {
+                *self.buckets.entry(lower).or_default() += n;
+            }
+        }
+    }
+
+    fn figures(&self, class: &str, what: &str, into: &mut Figures) {
+        if self.count == 0 {
+            return;
+        }
+        into.insert(
+            format!("{class} {what} avg (ns)"),
+            self.total_ns as f64 / self.count as f64,
+        );
+        let buckets: Vec<(u64, u64)> = self.buckets.iter().map(|(l, n)| (*l, *n)).collect();
+        if let Some(p99) = quantile(&buckets, 0.99) {
+            into.insert(format!("{class} {what} p99 (ns, bucket bound)"), p99);
+        }
+    }
+}
+
+/// The figures of one run's result: a `pipelock run --json` report (with
+/// its `--trace`), or a `pipelock trace --json` report.
+pub fn figures(result: &serde_json::Value) -> Result<Figures, String> {
+    let mut out = Figures::new();
+    let mut per_op: Option<(f64, String)> = None;
+    let trace = if let Some(workload) = result["workload"].as_str() {
+        let runs = result["runs"]
+            .as_array()
+            .filter(|r| !r.is_empty())
+            .ok_or("a result with no run")?;
+        let metric = &result["metric"];
+        let mean = runs.iter().map(|r| u(&r["value"])).sum::<f64>() / runs.len() as f64;
+        out.insert(
+            format!(
+                "{workload} {} ({})",
+                metric["name"].as_str().unwrap_or("value"),
+                metric["unit"].as_str().unwrap_or("")
+            ),
+            mean,
+        );
+        let ops: f64 = runs.iter().map(|r| u(&r["details"]["operations"])).sum();
+        if ops > 0.0 {
+            let what = runs[0]["details"]["operation"]
+                .as_str()
+                .unwrap_or("operation")
+                .to_owned();
+            per_op = Some((ops, what));
+        }
+        &result["trace"]
+    } else {
+        result
+    };
+    let Some(locks) = trace["locks"].as_array() else {
+        return Ok(out);
+    };
+    let mut classes: BTreeMap<String, Vec<&serde_json::Value>> = BTreeMap::new();
+    for row in locks {
+        if let Some(class) = row["class"].as_str() {
+            classes.entry(class.to_owned()).or_default().push(row);
+        }
+    }
+    for (class, rows) in &classes {
+        let sum = |field: &str| rows.iter().map(|r| u(&r[field])).sum::<f64>();
+        let hooked = rows.iter().any(|r| !r["acquisitions"].is_null());
+        match &per_op {
+            Some((ops, what)) => {
+                if hooked {
+                    out.insert(
+                        format!("{class} acquisitions per {what}"),
+                        sum("acquisitions") / ops,
+                    );
+                }
+                out.insert(
+                    format!("{class} contentions per {what}"),
+                    sum("contentions") / ops,
+                );
+            }
+            None => {
+                if hooked {
+                    out.insert(format!("{class} acquisitions"), sum("acquisitions"));
+                }
+                out.insert(format!("{class} contentions"), sum("contentions"));
+            }
+        }
+        let (mut wait, mut hold) = (Merged::default(), Merged::default());
+        for row in rows {
+            wait.add(&row["wait"]);
+            hold.add(&row["hold"]);
+        }
+        wait.figures(class, "wait", &mut out);
+        hold.figures(class, "hold", &mut out);
+        let states = ["holder_on_cpu_ns", "holder_runnable_ns", "holder_sleeping_ns"].map(sum);
+        let split: f64 = states.iter().sum();
+        if split > 0.0 {
+            for (name, ns) in ["on-CPU", "runnable", "sleeping"].iter().zip(states) {
+                out.insert(format!("{class} owners {name} (% of wait)"), 100.0 * ns / split);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub metric: String,
+    pub a: Summary,
+    pub b: Summary,
+    pub change_percent: f64,
+    /// Two-sided Welch p; None where it is undefined (a side without
+    /// variance, or fewer than two runs).
+    pub p_value: Option<f64>,
+    /// p < 0.05, or both sides without variance and different.
+    pub significant: bool,
+}
+
+/// One row per metric every run of both sides has; the workload's own
+/// figure first, then the lock classes in order.
+pub fn compare(a: &[Figures], b: &[Figures]) -> Vec<Row> {
+    let Some(first) = a.first() else {
+        return Vec::new();
+    };
+    let mut metrics: Vec<&String> = first.keys().collect();
+    metrics.sort_by_key(|m| {
+        (
+            !m.starts_with("pipe-throughput")
+                && !m.starts_with("pipe-herd")
+                && !m.starts_with("pipe-stream")
+                && !m.starts_with("lockref-stat"),
+            (*m).clone(),
+        )
+    });
+    metrics
+        .into_iter()
+        .filter(|metric| a.iter().chain(b).all(|run| run.contains_key(*metric)))
+        .filter_map(|metric| {
+            let va: Vec<f64> = a.iter().map(|run| run[metric]).collect();
+            let vb: Vec<f64> = b.iter().map(|run| run[metric]).collect();
+            let (sa, sb) = (Summary::of(&va)?, Summary::of(&vb)?);
+            let p_value = welch_t_test(&va, &vb).map(|(_, _, p)| p);
+            let constant_and_different =
+                sa.n >= 2 && sb.n >= 2 && sa.stddev == 0.0 && sb.stddev == 0.0 && sa.mean != sb.mean;
+            let change_percent = if sa.mean == 0.0 {
+                0.0
+            } else {
+                100.0 * (sb.mean - sa.mean) / sa.mean
+            };
+            Some(Row {
+                metric: metric.clone(),
+                change_percent,
+                significant: (p_value.is_some_and(|p| p < ALPHA) || constant_and_different)
+                    && (change_percent.abs() >= SMALLEST_CHANGE || sa.mean == 0.0 && sb.mean != 0.0),
+                p_value,
+                a: sa,
+                b: sb,
+            })
+        })
+        .collect()
+}
+
+fn value(x: f64) -> String {
+    if x.abs() >= 100.0 || x == x.trunc() && x.abs() < 1e15 {
+        format!("{x:.0}")
+    } else if x.abs() >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.4}")
+    }
+}
+
+/// The table, kernel-test-robot style: `*` marks a significant change.
+pub fn render(a_name: &str, b_name: &str, rows: &[Row]) -> String {
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING).set_header(vec![
+        format!("{a_name} (A)"),
+        String::new(),
+        "%change".to_owned(),
+        String::new(),
+        format!("{b_name} (B)"),
+        String::new(),
+        "metric".to_owned(),
+    ]);
+    for row in rows {
+        table.add_row(vec![
+            value(row.a.mean),
+            format!("± {:.1}%", row.a.cv_percent()),
+            format!("{:+.1}%", row.change_percent),
+            if row.significant { "*" } else { "" }.to_owned(),
+            value(row.b.mean),
+            format!("± {:.1}%", row.b.cv_percent()),
+            row.metric.clone(),
+        ]);
+    }
+    format!(
+        "{table}\n* significant: Welch's two-sided t-test p < {ALPHA} (or both sides without variance and \
+         apart), and a change of at least {SMALLEST_CHANGE} %\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A `pipelock run pipe-throughput --trace` result: `pairs` loops, the
+    /// pipe mutex taken twice per loop, `rd_wait.lock` `rd` times.
+    fn run(pairs: u64, rd: u64, lps: f64) -> serde_json::Value {
+        json!({
+            "workload": "pipe-throughput",
+            "metric": {"name": "throughput", "unit": "lps", "higher_is_better": true},
+            "runs": [{"value": lps, "details": {"operations": pairs, "operation": "write+read pair"}}],
+            "trace": {"locks": [
+                {"class": "pipe-mutex", "acquisitions": 2 * pairs, "contentions": 0,
+                 "wait": {"count": 2 * pairs, "total_ns": 0, "buckets": [[0, 2 * pairs]]},
+                 "hold": {"count": 2 * pairs, "total_ns": 2000 * pairs, "buckets": [[512, 2 * pairs]]}},
+                {"class": "pipe-rd-wait", "acquisitions": rd * pairs, "contentions": 1,
+                 "wait": null, "hold": null}
+            ]}
+        })
+    }
+
+    #[test]
+    fn per_operation_counts_come_from_the_trace_and_the_workload() {
+        let f = figures(&run(1000, 3, 5e5)).unwrap();
+        assert_eq!(f["pipe-throughput throughput (lps)"], 5e5);
+        assert_eq!(f["pipe-mutex acquisitions per write+read pair"], 2.0);
+        assert_eq!(f["pipe-rd-wait acquisitions per write+read pair"], 3.0);
+        assert_eq!(f["pipe-mutex hold avg (ns)"], 1000.0);
+        assert_eq!(f["pipe-mutex hold p99 (ns, bucket bound)"], 1023.0);
+        assert!(!f.contains_key("pipe-rd-wait wait avg (ns)"));
+        assert!(figures(&json!({"workload": "x", "runs": []})).is_err());
+    }
+
+    #[test]
+    fn a_count_that_moves_from_three_to_one_is_a_significant_change() {
+        let a: Vec<Figures> = [(1000, 4.9e5), (1200, 5.1e5), (900, 5e5)]
+            .iter()
+            .map(|(n, lps)| figures(&run(*n, 3, *lps)).unwrap())
+            .collect();
+        let b: Vec<Figures> = [(1100, 5.0e5), (1000, 5.2e5), (950, 4.8e5)]
+            .iter()
+            .map(|(n, lps)| figures(&run(*n, 1, *lps)).unwrap())
+            .collect();
+        let rows = compare(&a, &b);
+        let row = |m: &str| rows.iter().find(|r| r.metric == m).unwrap();
+        let rd = row("pipe-rd-wait acquisitions per write+read pair");
+        assert_eq!((rd.a.mean, rd.b.mean), (3.0, 1.0));
+        assert!(
+            rd.significant && rd.p_value.is_none(),
+            "constant on each side, apart"
+        );
+        assert!((rd.change_percent + 66.67).abs() < 0.01);
+        let mutex = row("pipe-mutex acquisitions per write+read pair");
+        assert!(!mutex.significant, "2 and 2");
+        // Consistently apart by a hair: not marked.
+        let hair = compare(
+            &[1.0, 1.0001, 1.0002].map(|v| Figures::from([("x".to_owned(), v)])),
+            &[1.001, 1.0011, 1.0012].map(|v| Figures::from([("x".to_owned(), v)])),
+        );
+        assert!(!hair[0].significant, "{hair:?}");
+        let lps = row("pipe-throughput throughput (lps)");
+        assert!(!lps.significant, "{lps:?}");
+        let text = render("6.1", "6.18", &rows);
+        assert!(text.contains("-66.7%"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.contains('*') && l.contains("pipe-rd-wait acquisitions")),
+            "{text}"
+        );
+    }
+}

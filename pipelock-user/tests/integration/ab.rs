@@ -1,0 +1,230 @@
+//! `pipelock ab` between two real kernels (Debian 6.1 and 6.18 from the VM
+//! tests' cache, which `cargo xtask test` passes in `PIPELOCK_AB_KERNELS`):
+//! the known difference must come out as a significant change, and what can
+//! go wrong (a file that is no kernel, a guest that hangs, a command that
+//! fails in the guest) is one clear line, exit 1, and no qemu left running.
+use std::time::Instant;
+
+use super::*;
+
+/// The two kernels (6.1, 6.18), if given.
+fn kernels() -> Option<(String, String)> {
+    let list = std::env::var("PIPELOCK_AB_KERNELS").ok()?;
+    let (a, b) = list.split_once(':')?;
+    Some((a.to_owned(), b.to_owned()))
+}
+
+fn qemus_running() -> Result<usize> {
+    let mut count = 0;
+    for entry in fs::read_dir("/proc")? {
+        let path = entry?.path().join("comm");
+        if fs::read_to_string(&path).is_ok_and(|comm| comm.starts_with("qemu-system")) {
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+/// `pipelock ab ARGS`: (exit code, stderr), checking that no qemu outlives it.
+fn ab(args: &[&str]) -> Result<(Option<i32>, String, String)> {
+    let before = qemus_running()?;
+    let out = run(pipelock().arg("ab").args(args))?;
+    let after = qemus_running()?;
+    ensure!(
+        after <= before,
+        "{} qemu process(es) left behind by ab {args:?}",
+        after - before
+    );
+    Ok((out.status.code(), text(&out.stdout), text(&out.stderr)))
+}
+
+/// The error line of a failed `ab` (the last line of stderr).
+fn error_line(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("pipelock: error:"))
+        .unwrap_or("")
+}
+
+/// The case: pipe-throughput traced with fentry on 6.1 and 6.18.
+/// `rd_wait.lock` is taken about 3 times per write+read pair on 6.1 (the
+/// `spin_lock_irq` around each head/tail update, and the wake-up) and once
+/// on 6.18; the pipe mutex twice on both.
+pub(super) fn ab_shows_the_rd_wait_change_between_6_1_and_6_18() -> Result<Outcome> {
+    let Some((k61, k618)) = kernels() else {
+        return Ok(Outcome::Skipped(
+            "no kernels given (PIPELOCK_AB_KERNELS=A:B; `cargo xtask test` sets it after the VM tests)"
+                .into(),
+        ));
+    };
+    let json = scratch("ab.json");
+    let started = Instant::now();
+    let (code, stdout, stderr) = ab(&[
+        "--kernel",
+        &k61,
+        "--kernel",
+        &k618,
+        "--runs",
+        "3",
+        "--accel",
+        "tcg",
+        "--json",
+        json.to_str().context("path")?,
+        "--",
+        "run",
+        "pipe-throughput",
+        "--trace",
+        "--trace-mode",
+        "fentry",
+        "--duration",
+        "1",
+        "--passes",
+        "1",
+    ])?;
+    ensure!(code == Some(0), "ab: {code:?}: {}", error_line(&stderr));
+    let report: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
+    let _ = fs::remove_file(&json);
+    let row = |metric: &str| -> Result<&serde_json::Value> {
+        report["table"]
+            .as_array()
+            .context("no table")?
+            .iter()
+            .find(|r| r["metric"] == metric)
+            .with_context(|| format!("no {metric} row: {stdout}"))
+    };
+    let rd = row("pipe-rd-wait acquisitions per write+read pair")?;
+    let (a, b) = (
+        rd["a"]["mean"].as_f64().context("a")?,
+        rd["b"]["mean"].as_f64().context("b")?,
+    );
+    ensure!(
+        (2.8..=3.2).contains(&a) && (0.9..=1.1).contains(&b) && rd["significant"] == true,
+        "rd_wait.lock per pair: 6.1 {a}, 6.18 {b}, significant {}",
+        rd["significant"]
+    );
+    let mutex = row("pipe-mutex acquisitions per write+read pair")?;
+    let (ma, mb) = (
+        mutex["a"]["mean"].as_f64().context("a")?,
+        mutex["b"]["mean"].as_f64().context("b")?,
+    );
+    ensure!(
+        (1.9..=2.1).contains(&ma) && (1.9..=2.1).contains(&mb),
+        "pipe mutex per pair: 6.1 {ma}, 6.18 {mb}"
+    );
+    ensure!(
+        report["kernels"][0]["runs"].as_array().map(Vec::len) == Some(3),
+        "3 raw runs of A"
+    );
+    ensure!(stdout.contains("%change"), "no table printed: {stdout}");
+    println!(
+        "  rd_wait.lock per pair {a:.2} → {b:.2} (significant), pipe mutex {ma:.2} → {mb:.2}, in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(Outcome::Passed)
+}
+
+/// Each failure is one line and exit 1, with no qemu left: a file that is
+/// not a kernel, a truncated kernel that cannot boot, a command that fails
+/// in the guest, a guest that never finishes (`--timeout`).
+pub(super) fn ab_failures_are_one_line_and_leave_no_qemu() -> Result<Outcome> {
+    let Some((k61, k618)) = kernels() else {
+        return Ok(Outcome::Skipped(
+            "no kernels given (PIPELOCK_AB_KERNELS=A:B; `cargo xtask test` sets it after the VM tests)"
+                .into(),
+        ));
+    };
+    let junk = scratch("ab-junk");
+    fs::write(&junk, b"not a kernel at all")?;
+    let truncated = scratch("ab-truncated");
+    let image = fs::read(&k61)?;
+    fs::write(&truncated, &image[..image.len() / 8])?;
+    let junk = junk.to_str().context("path")?.to_owned();
+    let truncated = truncated.to_str().context("path")?.to_owned();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "--kernel",
+                &junk,
+                "--kernel",
+                &k618,
+                "--",
+                "run",
+                "pipe-throughput",
+            ],
+            "is not a Linux kernel image",
+        ),
+        (
+            &[
+                "--kernel",
+                &truncated,
+                "--kernel",
+                &k618,
+                "--accel",
+                "tcg",
+                "--timeout",
+                "60",
+                "--",
+                "run",
+                "pipe-throughput",
+            ],
+            "(A preflight): the guest stopped",
+        ),
+        (
+            &[
+                "--kernel",
+                &k61,
+                "--kernel",
+                &k618,
+                "--accel",
+                "tcg",
+                "--runs",
+                "1",
+                "--",
+                "run",
+                "no-such-workload",
+            ],
+            "the command failed in the guest: error: unrecognized subcommand",
+        ),
+        (
+            &[
+                "--kernel",
+                &k61,
+                "--kernel",
+                &k618,
+                "--accel",
+                "tcg",
+                "--runs",
+                "1",
+                "--timeout",
+                "45",
+                "--",
+                "trace",
+                "--mode",
+                "tracepoint",
+                "--",
+                "sleep",
+                "100000",
+            ],
+            "(A run 1/1): the guest did not finish within 45 s",
+        ),
+    ];
+    let mut seen = Vec::new();
+    for (args, want) in cases {
+        let (code, _, stderr) = ab(args)?;
+        let line = error_line(&stderr);
+        ensure!(
+            code == Some(1) && line.contains(want),
+            "ab {args:?}: exit {code:?}, want 1 and `{want}`: {stderr}"
+        );
+        seen.push(line.to_owned());
+    }
+    let _ = (fs::remove_file(&junk), fs::remove_file(&truncated));
+    for line in seen {
+        println!("  {line}");
+    }
+    println!(
+        "  (a kernel without BTF is refused by the preflight's check; no such kernel is at hand to boot)"
+    );
+    Ok(Outcome::Passed)
+}
