@@ -272,17 +272,24 @@ pub fn read_drops(ebpf: &Ebpf) -> Result<BTreeMap<String, u64>, Error> {
 /// How full each of pipelock's maps is: a full map drops events.
 pub fn map_fill(ebpf: &Ebpf, ids: &Identities) -> Vec<MapFill> {
     // Counting keys costs a syscall per entry: the identity maps were just
-    // read, so only the statistics maps are walked (called after a drain,
-    // both are nearly empty; the drained one's count is what was taken).
+    // read, so only the statistics and breakdown maps are walked (called
+    // after a drain, all are nearly empty; the drained ones' counts are what
+    // was taken).
     // The LRU maps (lockref state, names) evict the oldest instead of
-    // dropping events, the per-thread slots are reused, and the breakdown,
-    // owner and stack maps would cost a syscall per entry: their fill is
-    // not counted here (a full one counts its drops).
+    // dropping events, the per-thread slots are reused, and the owner and
+    // stack maps would cost a syscall per entry: their fill is not counted
+    // here (a full one counts its drops).
     let count = |name: &str| -> Option<usize> {
         let map = ebpf.map(name)?;
         match name {
             name if maps::LOCK_STATS.contains(&name) => Some(
                 BpfHashMap::<_, LockKey, LockStats>::try_from(map)
+                    .ok()?
+                    .keys()
+                    .count(),
+            ),
+            name if maps::LOCK_DETAILS.contains(&name) => Some(
+                BpfHashMap::<_, DetailKey, DetailStats>::try_from(map)
                     .ok()?
                     .keys()
                     .count(),

@@ -140,6 +140,43 @@ impl FaultingPage {
     }
 }
 
+/// One round of a holder test: the holder (told through `go`) faults in
+/// `pipe_write` with the mutex held; once the fault is in, two writers
+/// start writing to the same pipe (they wait for the mutex); `meanwhile`
+/// runs; the fault is resolved; the holder and writers finish and the
+/// pipe is drained of their three pages.
+fn faulting_round(
+    page: &FaultingPage,
+    go: &std::sync::mpsc::Sender<()>,
+    done: &std::sync::mpsc::Receiver<Result<()>>,
+    (write_fd, read_fd): (i32, i32),
+    meanwhile: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    page.forget()?;
+    go.send(())?;
+    page.wait_for_fault()?;
+    let writers: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || write_all(write_fd, [b'w'; PAGE].as_ptr(), PAGE)))
+        .collect();
+    meanwhile()?;
+    page.resolve(&[b'u'; PAGE])?;
+    done.recv()??;
+    for writer in writers {
+        writer
+            .join()
+            .map_err(|_| anyhow::anyhow!("a writer panicked"))??;
+    }
+    let mut drain = vec![0u8; 3 * PAGE];
+    let mut left = 3 * PAGE;
+    while left > 0 {
+        // SAFETY: our pipe and buffer.
+        let got = unsafe { libc::read(read_fd, drain.as_mut_ptr().cast(), left) };
+        ensure!(got > 0, "read: {}", std::io::Error::last_os_error());
+        left -= got as usize;
+    }
+    Ok(())
+}
+
 /// Helper mode: `integration --uffd-holder ROUNDS FILE` writes "INO TID"
 /// (the pipe, the holder thread) to FILE, then ROUNDS times: the holder
 /// writes a page into the pipe from a userfaultfd-registered buffer, so
@@ -165,32 +202,13 @@ pub(super) fn uffd_holder(args: &[String]) -> ! {
         });
         let holder_tid = tid_rx.recv()?;
         fs::write(args.get(1).context("FILE")?, format!("{ino} {holder_tid}"))?;
-        let fill = [b'u'; PAGE];
-        let mut drain = vec![0u8; 4 * PAGE];
         for _ in 0..rounds {
-            page.forget()?;
-            go_tx.send(())?;
-            page.wait_for_fault()?;
-            let faulted = Instant::now();
-            // The holder sleeps in its fault with the mutex held: these wait.
-            let writers: Vec<_> = (0..2)
-                .map(|_| std::thread::spawn(move || write_all(fd, [b'w'; PAGE].as_ptr(), PAGE)))
-                .collect();
-            std::thread::sleep(Duration::from_millis(FAULT_MS).saturating_sub(faulted.elapsed()));
-            page.resolve(&fill)?;
-            done_rx.recv()??;
-            for writer in writers {
-                writer
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a writer panicked"))??;
-            }
-            let mut left = 3 * PAGE;
-            while left > 0 {
-                // SAFETY: our pipe and buffer.
-                let got = unsafe { libc::read(read.as_raw_fd(), drain.as_mut_ptr().cast(), left) };
-                ensure!(got > 0, "read: {}", std::io::Error::last_os_error());
-                left -= got as usize;
-            }
+            faulting_round(&page, &go_tx, &done_rx, (fd, read.as_raw_fd()), || {
+                // The fault came in just now; the holder sleeps in it, the
+                // writers wait for the mutex.
+                std::thread::sleep(Duration::from_millis(FAULT_MS));
+                Ok(())
+            })?;
         }
         drop(go_tx);
         holder
@@ -263,32 +281,14 @@ pub(super) fn preempted_holder(args: &[String]) -> ! {
         });
         let holder_tid = tid_rx.recv()?;
         fs::write(args.get(1).context("FILE")?, format!("{ino} {holder_tid}"))?;
-        let fill = [b'p'; PAGE];
-        let mut drain = vec![0u8; 4 * PAGE];
         for _ in 0..rounds {
-            page.forget()?;
-            go_tx.send(())?;
-            page.wait_for_fault()?;
-            let writers: Vec<_> = (0..2)
-                .map(|_| std::thread::spawn(move || write_all(fd, [b'w'; PAGE].as_ptr(), PAGE)))
-                .collect();
-            std::thread::sleep(Duration::from_millis(2));
-            hog_tx.send(())?;
-            spinning_rx.recv()?;
-            page.resolve(&fill)?;
-            done_rx.recv()??;
-            for writer in writers {
-                writer
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a writer panicked"))??;
-            }
-            let mut left = 3 * PAGE;
-            while left > 0 {
-                // SAFETY: our pipe and buffer.
-                let got = unsafe { libc::read(read.as_raw_fd(), drain.as_mut_ptr().cast(), left) };
-                ensure!(got > 0, "read: {}", std::io::Error::last_os_error());
-                left -= got as usize;
-            }
+            faulting_round(&page, &go_tx, &done_rx, (fd, read.as_raw_fd()), || {
+                std::thread::sleep(Duration::from_millis(2));
+                // The real-time task takes CPU 0 before the holder wakes.
+                hog_tx.send(())?;
+                spinning_rx.recv()?;
+                Ok(())
+            })?;
         }
         drop((go_tx, hog_tx));
         holder

@@ -98,19 +98,9 @@ pub fn boot_each(
     options: &Options,
     guest: &str,
 ) -> Result<Vec<Boot>> {
-    let list = root.join("xtask/vm-kernels.txt");
-    let kernels = parse_kernel_list(&fs::read_to_string(&list).with_context(|| list.display().to_string())?)?;
+    let (list, kernels) = kernel_list(root)?;
     // One private package list for every suite the kernel list names.
-    let mut suites: Vec<&str> = kernels
-        .iter()
-        .filter_map(|k| match &k.source {
-            Source::Apt { suite, .. } => Some(suite.as_str()),
-            Source::File(_) => None,
-        })
-        .collect();
-    suites.sort_unstable();
-    suites.dedup();
-
+    let suites = suites(&kernels);
     let selected: Vec<&Kernel> = kernels
         .iter()
         .filter(|k| options.only.is_empty() || options.only.iter().any(|o| selects(&k.name, o)))
@@ -170,11 +160,15 @@ pub fn boot_each(
     Ok(boots)
 }
 
-/// The kernel image of the kernel of `xtask/vm-kernels.txt` that `selector`
-/// picks (fetched and cached as for the VM tests).
-pub fn kernel_image(root: &Path, selector: &str) -> Result<std::path::PathBuf> {
+/// `xtask/vm-kernels.txt` and its kernels.
+fn kernel_list(root: &Path) -> Result<(std::path::PathBuf, Vec<Kernel>)> {
     let list = root.join("xtask/vm-kernels.txt");
     let kernels = parse_kernel_list(&fs::read_to_string(&list).with_context(|| list.display().to_string())?)?;
+    Ok((list, kernels))
+}
+
+/// The Debian suites the kernels come from, once each.
+fn suites(kernels: &[Kernel]) -> Vec<&str> {
     let mut suites: Vec<&str> = kernels
         .iter()
         .filter_map(|k| match &k.source {
@@ -184,6 +178,14 @@ pub fn kernel_image(root: &Path, selector: &str) -> Result<std::path::PathBuf> {
         .collect();
     suites.sort_unstable();
     suites.dedup();
+    suites
+}
+
+/// The kernel image of the kernel of `xtask/vm-kernels.txt` that `selector`
+/// picks (fetched and cached as for the VM tests).
+pub fn kernel_image(root: &Path, selector: &str) -> Result<std::path::PathBuf> {
+    let (list, kernels) = kernel_list(root)?;
+    let suites = suites(&kernels);
     let kernel = kernels
         .iter()
         .find(|k| selects(&k.name, selector))
