@@ -36,7 +36,10 @@ mod callers;
 mod serve;
 #[path = "integration/soak.rs"]
 mod soak;
-use ab::{ab_failures_are_one_line_and_leave_no_qemu, ab_shows_the_rd_wait_change_between_6_1_and_6_18};
+use ab::{
+    ab_failures_are_one_line_and_leave_no_qemu, ab_preflight_refuses_a_kernel_without_btf,
+    ab_shows_the_rd_wait_change_between_6_1_and_6_18,
+};
 use serve::{
     a_real_prometheus_scrapes_the_exporter, ebpf_log_delivers_the_programs_warnings,
     serve_exports_what_a_trace_of_the_same_herd_sees, serve_runs_with_the_units_capabilities,
@@ -96,6 +99,7 @@ const TESTS: &[Test] = tests![
     Kernel ebpf_log_delivers_the_programs_warnings,
     Host ab_shows_the_rd_wait_change_between_6_1_and_6_18,
     Host ab_failures_are_one_line_and_leave_no_qemu,
+    Host ab_preflight_refuses_a_kernel_without_btf,
     Kernel trace_of_an_unshared_pipe_has_no_pipe_rows,
     Host trace_counts_agree_with_perf_lock,
     Kernel fentry_counts_every_pipe_mutex_acquisition,

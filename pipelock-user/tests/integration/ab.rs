@@ -228,3 +228,47 @@ pub(super) fn ab_failures_are_one_line_and_leave_no_qemu() -> Result<Outcome> {
     );
     Ok(Outcome::Passed)
 }
+
+/// The preflight a kernel without BTF meets, run here: the same script the
+/// guest runs, in a private mount namespace where `/sys/kernel/btf` is an
+/// empty tmpfs, read by the same code `ab` reads a guest's console with.
+/// It must refuse the kernel, naming BTF; with BTF visible it must pass.
+/// (No kernel without BTF is at hand to boot: Debian's all have it.)
+pub(super) fn ab_preflight_refuses_a_kernel_without_btf() -> Result<Outcome> {
+    use pipelock_user::cmd::ab::{guest::preflight_script_with, read_console};
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    if Command::new("unshare").arg("--help").output().is_err() {
+        return Ok(Outcome::Skipped("unshare is not installed (util-linux)".into()));
+    }
+    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let tmp = scratch("preflight");
+    fs::create_dir_all(&tmp)?;
+    let nonce = "preflighttest";
+    let script = preflight_script_with(nonce, &bin, tmp.to_str().context("path")?);
+    let sentinel = format!("echo PIPELOCK-VM-RESULT {nonce} rc=$?");
+    let console = |hide_btf: bool| -> Result<String> {
+        let hide = if hide_btf { "mount -t tmpfs tmpfs /sys/kernel/btf && " } else { "" };
+        let out = run(Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!("{hide}{script}\n{sentinel}")))?;
+        ensure!(out.status.success(), "unshare: {}", text(&out.stderr));
+        Ok(text(&out.stdout))
+    };
+    let refused = read_console(&console(true)?, nonce, None).map(|r| r.len());
+    let why = match refused {
+        Err(why) => why,
+        Ok(n) => bail!("a kernel without BTF passed the preflight ({n} results)"),
+    };
+    ensure!(why.contains("refused: this kernel has no BTF"), "{why}");
+    let passed = read_console(&console(false)?, nonce, None).map_err(|e| anyhow::anyhow!(e))?;
+    ensure!(
+        passed.iter().any(|(name, _)| name == "probe") && passed.iter().any(|(name, _)| name == "release"),
+        "the preflight with BTF gave {:?}",
+        passed.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
+    let _ = fs::remove_dir_all(&tmp);
+    println!("  BTF hidden: {why}; BTF visible: passes (release and probe results)");
+    Ok(Outcome::Passed)
+}

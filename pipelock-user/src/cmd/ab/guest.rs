@@ -125,15 +125,21 @@ pub fn guest_command(command: &[String]) -> Vec<String> {
 /// The first boot of a kernel: is it one pipelock can trace? Kernel BTF,
 /// and `pipelock probe` working (it loads a program of every type).
 pub fn preflight_script(nonce: &str) -> String {
+    preflight_script_with(nonce, "/pipelock", "/tmp")
+}
+
+/// [`preflight_script`] with pipelock at `bin` and scratch files in `tmp`
+/// (the integration test runs it on the host with BTF hidden).
+pub fn preflight_script_with(nonce: &str, bin: &str, tmp: &str) -> String {
     format!(
-        r#"uname -r > /tmp/release
-/pipelock ab-emit {nonce} release /tmp/release
+        r#"uname -r > {tmp}/release
+{bin} ab-emit {nonce} release {tmp}/release
 if [ ! -e /sys/kernel/btf/vmlinux ]; then
   echo "PIPELOCK-AB-REFUSED {nonce} this kernel has no BTF (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF)"
 else
-  /pipelock probe > /tmp/probe 2>&1
+  {bin} probe > {tmp}/probe 2>&1
   rc=$?
-  /pipelock ab-emit {nonce} probe /tmp/probe
+  {bin} ab-emit {nonce} probe {tmp}/probe
   [ $rc = 0 ] || echo "PIPELOCK-AB-REFUSED {nonce} pipelock probe failed there (exit $rc)"
 fi"#
     )

@@ -7,7 +7,7 @@
 //! drift on the host spreads over both. Each guest is this binary and its
 //! libraries in a busybox initramfs; its JSON result comes back framed and
 //! checksummed on the serial console.
-mod guest;
+pub mod guest;
 mod table;
 
 use std::{
@@ -176,29 +176,36 @@ impl Guest<'_> {
         );
         let _ = std::fs::remove_file(&initramfs);
         let booted = booted.map_err(|source| Error::Vm { source })?;
-        let fail = |why: String| Error::Usage(format!("kernel {} ({label}): {why}", kernel.spec));
-        if let Some(line) = booted.log.lines().find_map(|l| {
-            l.split_once(&format!("PIPELOCK-AB-REFUSED {nonce} "))
-                .map(|(_, why)| why.trim())
-        }) {
-            return Err(fail(format!("refused: {line}")));
-        }
-        if !booted.log.contains(&guest_log::sentinel(&nonce)) {
-            return Err(fail(boot_failure(&booted.log, booted.timed_out, self.timeout)));
-        }
-        let results = guest_log::results(&booted.log, &nonce).map_err(fail)?;
-        if let Some((_, output)) = results.iter().find(|(name, _)| name == "failed") {
-            let output = String::from_utf8_lossy(output);
-            let last = output
-                .lines()
-                .rev()
-                .find(|l| l.contains("error") && !l.trim().is_empty())
-                .or_else(|| output.lines().rev().find(|l| !l.trim().is_empty()))
-                .unwrap_or("");
-            return Err(fail(format!("the command failed in the guest: {}", last.trim())));
-        }
-        Ok(results)
+        read_console(&booted.log, &nonce, booted.timed_out.then_some(self.timeout))
+            .map_err(|why| Error::Usage(format!("kernel {} ({label}): {why}", kernel.spec)))
     }
+}
+
+/// A guest's console, read: its results by name, or why there are none (a
+/// refusal of the preflight, a guest that did not finish or died, a
+/// command that failed). `timed_out`: the limit it was stopped at.
+pub fn read_console(log: &str, nonce: &str, timed_out: Option<Duration>) -> Result<Vec<(String, Vec<u8>)>, String> {
+    if let Some(line) = log.lines().find_map(|l| {
+        l.split_once(&format!("PIPELOCK-AB-REFUSED {nonce} "))
+            .map(|(_, why)| why.trim())
+    }) {
+        return Err(format!("refused: {line}"));
+    }
+    if !log.contains(&guest_log::sentinel(nonce)) {
+        return Err(boot_failure(log, timed_out.is_some(), timed_out.unwrap_or_default()));
+    }
+    let results = guest_log::results(log, nonce)?;
+    if let Some((_, output)) = results.iter().find(|(name, _)| name == "failed") {
+        let output = String::from_utf8_lossy(output);
+        let last = output
+            .lines()
+            .rev()
+            .find(|l| l.contains("error") && !l.trim().is_empty())
+            .or_else(|| output.lines().rev().find(|l| !l.trim().is_empty()))
+            .unwrap_or("");
+        return Err(format!("the command failed in the guest: {}", last.trim()));
+    }
+    Ok(results)
 }
 
 pub fn run(options: Options) -> Result<(), Error> {
