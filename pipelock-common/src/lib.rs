@@ -195,6 +195,10 @@ pub struct LockStats {
     pub wait: Histogram,
     /// Acquisition to release, in ns (fentry/kprobe mode only).
     pub hold: Histogram,
+    /// Hooked modes: the thread that released the lock last. A spinlock
+    /// has no owner field; its contended acquirer waited for this thread.
+    /// Not a figure: userspace neither sums nor shows it.
+    pub last_holder: u64,
 }
 
 impl LockStats {
@@ -203,6 +207,7 @@ impl LockStats {
         contentions: 0,
         spin_only: 0,
         dropped: 0,
+        last_holder: 0,
         wait: Histogram::EMPTY,
         hold: Histogram::EMPTY,
     };

@@ -379,7 +379,9 @@ pub(crate) fn record_part(
 /// Records the current thread's names (per-task rows), once per slot owner.
 #[inline(always)]
 pub(crate) fn name_current(cfg: &TraceConfig, pid_tgid: u64) {
-    if cfg.details & (1 << detail::TASK) == 0 {
+    // Waiters are named for `--by task`, and in the hooked modes holders
+    // are named as spinlock owners.
+    if cfg.details & (1 << detail::TASK | 1 << detail::OWNER) == 0 {
         return;
     }
     let name = TaskName {

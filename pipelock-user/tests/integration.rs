@@ -2340,9 +2340,36 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
         nonzero_waits * 100 >= contended * 99,
         "{contended} contended mutex acquisitions but only {nonzero_waits} timed waits: {mutex}"
     );
+    // Every contended wait is some owner's: the mutex's from its owner
+    // field, a spinlock's from its last releaser.
+    let mut owners_line = String::new();
+    for row in [mutex, rd] {
+        let contended = row["contentions"].as_u64().unwrap_or(0);
+        let owned: u64 = row["owners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["waits"].as_u64())
+            .sum();
+        ensure!(
+            owned == contended,
+            "{} contended acquisitions of {} but {owned} waits among its owners: {}",
+            contended,
+            row["class"],
+            row["owners"]
+        );
+        owners_line.push_str(&if contended == 0 {
+            format!(
+                "; {} never contended here: its owners not exercised",
+                row["class"]
+            )
+        } else {
+            format!("; {} owners cover its {contended} waits", row["class"])
+        });
+    }
     println!(
         "  herd: mutex {} acquisitions ({contended} contended, {nonzero_waits} waits > 0 ns), rd_wait.lock {} \
-         acquisitions",
+         acquisitions{owners_line}",
         mutex["acquisitions"], rd["acquisitions"]
     );
     Ok(Outcome::Passed)

@@ -111,8 +111,9 @@ pub fn holds_of(lock: &LockKey, details: &[(&DetailKey, &DetailStats)]) -> HoldS
 /// One owner of one lock, as its waiters found it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnerRow {
-    /// The owning thread (0: none; the mutex was being released to its
-    /// waiters whenever this wait looked).
+    /// The owning thread (0: not known: a mutex being released to its
+    /// waiters whenever this wait looked, a spinlock whose last release
+    /// fell before the last drain).
     pub tid: u32,
     /// Its process, and its command name, where recorded.
     pub pid: Option<u32>,
@@ -129,7 +130,7 @@ impl OwnerRow {
     /// `comm(pid)` or `tid 123` when the name was not recorded.
     pub fn label(&self) -> String {
         match (&self.comm, self.tid) {
-            (_, 0) => "(no owner: being released)".to_owned(),
+            (_, 0) => "(no owner known)".to_owned(),
             (_, FOLDED) => "(other owners)".to_owned(),
             (Some(comm), tid) if self.pid.is_some_and(|p| p != tid) => {
                 format!("{comm}({}/{tid})", self.pid.unwrap_or(0))
@@ -165,7 +166,8 @@ pub fn owners_of(
                 waits: stats.contentions,
                 wait_ns: stats.wait_ns,
                 wait_max_ns: stats.wait_max_ns,
-                holder: if split {
+                // A spinlock's owners were not watched: nothing to split.
+                holder: if split && stats.holder_ns.iter().any(|ns| *ns > 0) {
                     HolderState::of(&stats.holder_ns)
                 } else {
                     HolderState::default()
@@ -174,7 +176,7 @@ pub fn owners_of(
         })
         .collect();
     owners.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.tid.cmp(&b.tid)));
-    let state = if split && !owners.is_empty() {
+    let state = if split && total.iter().any(|ns| *ns > 0) {
         HolderState::of(&total)
     } else {
         HolderState::default()

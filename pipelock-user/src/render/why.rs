@@ -18,8 +18,8 @@ pub fn render_owners(report: &TraceReport, top: usize) -> String {
         return String::new();
     }
     let mut out = String::from(
-        "\nwho held them (pipe mutex: its owner when a wait began, like `perf lock contention -o`; \
-         what the owner was doing meanwhile):\n",
+        "\nwho held them (a mutex: its owner when a wait began, like `perf lock contention -o`; a \
+         spinlock, fentry/kprobe: its last releaser; what a mutex owner was doing meanwhile):\n",
     );
     for row in rows {
         let waits: u64 = row.owners.iter().map(|o| o.waits).sum();
@@ -117,7 +117,7 @@ mod tests {
             text.contains("(on-CPU 5 % / runnable 0 % / sleeping 95 %)"),
             "{text}"
         );
-        assert!(text.contains("(no owner: being released)"), "{text}");
+        assert!(text.contains("(no owner known)"), "{text}");
         assert_eq!(render_owners(&report, 0), "", "--top 0 shows no lock");
     }
 }

@@ -249,7 +249,11 @@ pub(super) fn ab_preflight_refuses_a_kernel_without_btf() -> Result<Outcome> {
     let script = preflight_script_with(nonce, &bin, tmp.to_str().context("path")?);
     let sentinel = format!("echo PIPELOCK-VM-RESULT {nonce} rc=$?");
     let console = |hide_btf: bool| -> Result<String> {
-        let hide = if hide_btf { "mount -t tmpfs tmpfs /sys/kernel/btf && " } else { "" };
+        let hide = if hide_btf {
+            "mount -t tmpfs tmpfs /sys/kernel/btf && "
+        } else {
+            ""
+        };
         let out = run(Command::new("unshare")
             .args(["--mount", "--propagation", "private", "sh", "-c"])
             .arg(format!("{hide}{script}\n{sentinel}")))?;

@@ -282,6 +282,10 @@ pub(super) fn released(lock: u64) {
     // statistics per lock/unlock pair instead of two.
     bump(&mut stats.acquisitions, 1);
     let contended = state.contended[index] != 0;
+    // A spinlock's contended acquirer waited for whoever released it last
+    // (a plain store: a race can name the other of two releasers).
+    let previous = stats.last_holder;
+    stats.last_holder = state.owner & 0xffff_ffff;
     if contended {
         bump(&mut stats.contentions, 1);
         if state.flags_and[index] & LCB_F_SPIN != 0 {
@@ -293,6 +297,9 @@ pub(super) fn released(lock: u64) {
     record(&mut stats.wait, wait);
     record(&mut stats.hold, hold);
     let cfg = config();
+    if contended && index % COUNT != pipe_lock::MUTEX && owners_wanted(cfg) {
+        record_owner(key, previous as u32, wait, None);
+    }
     let pipe = index / COUNT;
     if index % COUNT == pipe_lock::MUTEX && pipe < PIPES && state.hold_watched & (1 << pipe) != 0 {
         state.hold_watched &= !(1 << pipe);

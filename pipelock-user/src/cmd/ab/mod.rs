@@ -184,7 +184,11 @@ impl Guest<'_> {
 /// A guest's console, read: its results by name, or why there are none (a
 /// refusal of the preflight, a guest that did not finish or died, a
 /// command that failed). `timed_out`: the limit it was stopped at.
-pub fn read_console(log: &str, nonce: &str, timed_out: Option<Duration>) -> Result<Vec<(String, Vec<u8>)>, String> {
+pub fn read_console(
+    log: &str,
+    nonce: &str,
+    timed_out: Option<Duration>,
+) -> Result<Vec<(String, Vec<u8>)>, String> {
     if let Some(line) = log.lines().find_map(|l| {
         l.split_once(&format!("PIPELOCK-AB-REFUSED {nonce} "))
             .map(|(_, why)| why.trim())
@@ -192,7 +196,11 @@ pub fn read_console(log: &str, nonce: &str, timed_out: Option<Duration>) -> Resu
         return Err(format!("refused: {line}"));
     }
     if !log.contains(&guest_log::sentinel(nonce)) {
-        return Err(boot_failure(log, timed_out.is_some(), timed_out.unwrap_or_default()));
+        return Err(boot_failure(
+            log,
+            timed_out.is_some(),
+            timed_out.unwrap_or_default(),
+        ));
     }
     let results = guest_log::results(log, nonce)?;
     if let Some((_, output)) = results.iter().find(|(name, _)| name == "failed") {
