@@ -6,14 +6,36 @@ use std::time::{Duration, Instant};
 
 use super::{serve::*, *};
 
-/// What is measured at the end of the warm-up and at the end.
-#[derive(Debug)]
+/// One reading of the exporter: its RSS, the maps' fill at the last drain
+/// and the scrape's size.
+#[derive(Debug, Clone, Copy)]
 struct Mark {
     at_s: u64,
     rss_kb: u64,
-    /// Entries in the maps whose fill is counted at each drain.
+    /// Entries in the maps whose fill is counted at each drain: what one
+    /// collection interval gathered, so it follows the churn's bursts.
     fill: f64,
     scrape_bytes: usize,
+}
+
+/// The readings of one stretch of the run: the RSS at its end, the largest
+/// fill and scrape seen in it (one reading falls in a busy or a quiet
+/// interval by chance; the peak over a stretch does not).
+#[derive(Debug, Default)]
+struct Stretch {
+    marks: usize,
+    last: Option<Mark>,
+    peak_fill: f64,
+    peak_scrape_bytes: usize,
+}
+
+impl Stretch {
+    fn add(&mut self, mark: Mark) {
+        self.marks += 1;
+        self.last = Some(mark);
+        self.peak_fill = self.peak_fill.max(mark.fill);
+        self.peak_scrape_bytes = self.peak_scrape_bytes.max(mark.scrape_bytes);
+    }
 }
 
 fn rss_kb(pid: u32) -> Result<u64> {
@@ -42,10 +64,10 @@ fn mark(serve: &Serve, started: Instant) -> Result<Mark> {
 
 /// Helper mode: `integration --soak SECONDS`: `pipelock serve` for SECONDS
 /// while 20 short-lived pipes (each 2 writer and 2 reader threads) are made
-/// and freed, over and over. After two fifths (at least 30 s, when the
-/// totals have reached their bounds) and at the end it reads the exporter's
-/// RSS, the maps' fill and the scrape's size; growth beyond 15 % (+2 MB) of
-/// RSS, or doubling of fill or scrape, fails.
+/// and freed, over and over; the exporter is read after every round. The
+/// second fifth of the run (from when the totals have reached their bounds)
+/// is compared with the last: growth beyond 15 % (+2 MB) of RSS, or a
+/// doubling of the peak fill or scrape, fails.
 pub(super) fn soak(args: &[String]) -> ! {
     let run = || -> Result<()> {
         let seconds: u64 = args.first().context("SECONDS")?.parse()?;
@@ -58,9 +80,10 @@ pub(super) fn soak(args: &[String]) -> ! {
         let churn_file = scratch("soak-churn");
         let started = Instant::now();
         // The exporter's tables reach their bounds after ~140 s of brisk
-        // churn (measured): judge from two fifths of the run on.
-        let warm_up = Duration::from_secs((seconds * 2 / 5).max(30).min(seconds));
-        let (mut warm, mut rounds) = (None, 0u64);
+        // churn (measured): the warm stretch starts at one fifth and ends at
+        // two fifths of the run, the last stretch is the last fifth.
+        let fifth = |k: u64| Duration::from_secs((seconds * k / 5).max(15 * k).min(seconds));
+        let (mut warm, mut last, mut rounds) = (Stretch::default(), Stretch::default(), 0u64);
         while started.elapsed() < Duration::from_secs(seconds) {
             let out = run(Command::new(&exe)
                 .arg("--pipe-churn")
@@ -69,38 +92,48 @@ pub(super) fn soak(args: &[String]) -> ! {
                 .arg(&churn_file))?;
             ensure!(out.status.success(), "churn: {}", text(&out.stderr));
             rounds += 1;
-            if warm.is_none() && started.elapsed() >= warm_up {
-                warm = Some(mark(&serve, started)?);
-            }
             std::thread::sleep(Duration::from_millis(200));
+            let at = started.elapsed();
+            if at >= fifth(1) && at < fifth(2) {
+                warm.add(mark(&serve, started)?);
+            } else if at >= fifth(4) {
+                last.add(mark(&serve, started)?);
+            }
         }
         let _ = fs::remove_file(&churn_file);
-        let end = mark(&serve, started)?;
-        let warm = warm.context("the soak ended before its warm-up")?;
+        let (Some(warm_end), Some(end)) = (warm.last, last.last) else {
+            bail!(
+                "too short a soak: {} readings in its second fifth, {} in its last",
+                warm.marks,
+                last.marks
+            );
+        };
         println!(
             "soak: {seconds} s, {} pipes made and freed; exporter RSS {:.1} MB at {} s, {:.1} MB at {} s; \
-             map entries {} → {}; scrape {} → {} bytes",
+             peak map entries {} → {}, peak scrape {} → {} bytes ({} and {} readings)",
             rounds * 20,
-            warm.rss_kb as f64 / 1024.0,
-            warm.at_s,
+            warm_end.rss_kb as f64 / 1024.0,
+            warm_end.at_s,
             end.rss_kb as f64 / 1024.0,
             end.at_s,
-            warm.fill,
-            end.fill,
-            warm.scrape_bytes,
-            end.scrape_bytes
+            warm.peak_fill,
+            last.peak_fill,
+            warm.peak_scrape_bytes,
+            last.peak_scrape_bytes,
+            warm.marks,
+            last.marks,
         );
         ensure!(
-            end.rss_kb <= warm.rss_kb * 115 / 100 + 2048,
-            "the exporter's RSS grew: {warm:?} → {end:?}"
+            end.rss_kb <= warm_end.rss_kb * 115 / 100 + 2048,
+            "the exporter's RSS grew: {warm_end:?} → {end:?}"
         );
         ensure!(
-            end.fill <= 2.0 * warm.fill + 64.0,
-            "map fill grew: {warm:?} → {end:?}"
+            last.peak_fill <= 2.0 * warm.peak_fill + 64.0,
+            "map fill grew: {warm:?} → {last:?}"
         );
         ensure!(
-            end.scrape_bytes <= 2 * warm.scrape_bytes,
-            "the scrape grew: {warm:?} → {end:?}"
+            last.peak_scrape_bytes <= 2 * warm.peak_scrape_bytes,
+            "the scrape grew: {warm:?} → {last:?}"
         );
         Ok(())
     };
