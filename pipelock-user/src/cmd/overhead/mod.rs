@@ -18,7 +18,7 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use self::markdown::to_markdown;
-use self::runs::{TracedBy, mode_refusal, perf_binary, scratch, traced, untraced};
+use self::runs::{Programs, TracedBy, mode_refusal, perf_binary, scratch, traced, untraced};
 use crate::{Error, bpf::AttachMode, cli::OverheadArgs, model::ProgramStats, output::Outputs};
 
 /// Targets of the overhead issue; a row that misses one says so.
@@ -126,7 +126,11 @@ fn median(values: &mut [f64]) -> f64 {
 /// The issue sets the tracepoint target on real hardware (this host) and the
 /// fentry one in the VMs, the only place fentry loads here.
 fn target(tracer: &TracedBy, workload: &str, emulated: bool) -> Option<f64> {
-    let TracedBy::Pipelock { mode, empty: false } = tracer else {
+    let TracedBy::Pipelock {
+        mode,
+        programs: Programs::Default,
+    } = tracer
+    else {
         return None;
     };
     match (mode, workload) {
@@ -207,9 +211,24 @@ pub fn run(options: &Options) -> Result<Results, Error> {
         };
         let mut tracers = Vec::new();
         for &mode in &modes {
-            tracers.push(TracedBy::Pipelock { mode, empty: false });
+            tracers.push(TracedBy::Pipelock {
+                mode,
+                programs: Programs::Default,
+            });
             if mode.is_hooked() {
-                tracers.push(TracedBy::Pipelock { mode, empty: true });
+                tracers.push(TracedBy::Pipelock {
+                    mode,
+                    programs: Programs::Empty,
+                });
+            }
+            // The stacks' cost on real hardware, where it is the figure a
+            // user weighs before turning `--callers` on; under emulation
+            // it would only lengthen the run.
+            if !emulated && mode == AttachMode::Tracepoint && case.name == "pipe-herd" {
+                tracers.push(TracedBy::Pipelock {
+                    mode,
+                    programs: Programs::WithCallers,
+                });
             }
         }
         tracers.extend(perf.clone().map(TracedBy::Perf));
@@ -239,8 +258,8 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                         let _ = std::fs::remove_file(&data);
                         value?
                     }
-                    TracedBy::Pipelock { mode, empty } => {
-                        let (value, cost) = traced(*mode, *empty, false, &case)?;
+                    TracedBy::Pipelock { mode, programs } => {
+                        let (value, cost) = traced(*mode, *programs, false, &case)?;
                         collector[i].extend(cost.collector_share);
                         value
                     }
@@ -256,13 +275,13 @@ pub fn run(options: &Options) -> Result<Results, Error> {
             );
             let ratio_median = median(values);
             let cost = match tracer {
-                TracedBy::Pipelock { mode, empty } => {
+                TracedBy::Pipelock { mode, programs } => {
                     eprintln!(
                         "pipelock overhead: {} {}: run-time statistics",
                         case.name,
                         tracer.label()
                     );
-                    Some(traced(*mode, *empty, true, &case)?.1)
+                    Some(traced(*mode, *programs, true, &case)?.1)
                 }
                 TracedBy::Perf(_) => None,
             };
@@ -323,15 +342,19 @@ mod tests {
     fn targets_apply_where_the_issue_sets_them() {
         let tracepoint = TracedBy::Pipelock {
             mode: AttachMode::Tracepoint,
-            empty: false,
+            programs: Programs::Default,
         };
         let fentry = TracedBy::Pipelock {
             mode: AttachMode::Fentry,
-            empty: false,
+            programs: Programs::Default,
         };
         let floor = TracedBy::Pipelock {
             mode: AttachMode::Fentry,
-            empty: true,
+            programs: Programs::Empty,
+        };
+        let callers = TracedBy::Pipelock {
+            mode: AttachMode::Tracepoint,
+            programs: Programs::WithCallers,
         };
         assert_eq!(target(&tracepoint, "pipe-herd", false), Some(TRACEPOINT_TARGET));
         assert_eq!(target(&tracepoint, "pipe-herd", true), None);
@@ -341,7 +364,9 @@ mod tests {
             target(&TracedBy::Perf(PathBuf::new()), "pipe-throughput", false),
             None
         );
+        assert_eq!(target(&callers, "pipe-herd", false), None);
         assert_eq!(floor.label(), "fentry, empty programs");
+        assert_eq!(callers.label(), "tracepoint, --callers");
     }
 
     #[test]

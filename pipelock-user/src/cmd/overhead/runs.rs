@@ -68,15 +68,37 @@ fn workload_command(wrapper: &[String], case: &Case, result: &Path) -> Result<Co
 /// Who traces a run.
 #[derive(Clone, Debug)]
 pub(super) enum TracedBy {
-    Pipelock { mode: AttachMode, empty: bool },
+    Pipelock { mode: AttachMode, programs: Programs },
     Perf(PathBuf),
+}
+
+/// Which of pipelock's programs a traced run loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Programs {
+    /// What `pipelock trace` loads by default.
+    Default,
+    /// Programs that return at once on the same hooks: the hooks' own cost.
+    Empty,
+    /// The default ones recording call stacks (`--callers`, opt-in for its
+    /// cost: the kernel unwinds a stack per recorded acquisition).
+    WithCallers,
 }
 
 impl TracedBy {
     pub(super) fn label(&self) -> String {
         match self {
-            Self::Pipelock { mode, empty: false } => mode.to_string(),
-            Self::Pipelock { mode, empty: true } => format!("{mode}, empty programs"),
+            Self::Pipelock {
+                mode,
+                programs: Programs::Default,
+            } => mode.to_string(),
+            Self::Pipelock {
+                mode,
+                programs: Programs::Empty,
+            } => format!("{mode}, empty programs"),
+            Self::Pipelock {
+                mode,
+                programs: Programs::WithCallers,
+            } => format!("{mode}, --callers"),
             Self::Perf(_) => "perf lock record".to_owned(),
         }
     }
@@ -94,7 +116,7 @@ pub(super) struct Cost {
 /// statistics on (for the cost table, not for a ratio).
 pub(super) fn traced(
     mode: AttachMode,
-    empty: bool,
+    programs: Programs,
     bpf_stats: bool,
     case: &Case,
 ) -> Result<(f64, Cost), Error> {
@@ -113,7 +135,11 @@ pub(super) fn traced(
     ]
     .into();
     wrapper.extend(bpf_stats.then(|| "--bpf-stats".to_owned()));
-    wrapper.extend(empty.then(|| "--empty-programs".to_owned()));
+    wrapper.extend(match programs {
+        Programs::Default => None,
+        Programs::Empty => Some("--empty-programs".to_owned()),
+        Programs::WithCallers => Some("--callers".to_owned()),
+    });
     wrapper.push("--".into());
     run_quietly(&mut workload_command(&wrapper, case, &result)?)?;
     let measured = workload_result(&result);
