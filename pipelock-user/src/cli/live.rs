@@ -4,8 +4,8 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use super::TracingArgs;
-use crate::units::parse_seconds;
+use super::{TracingArgs, by_parser};
+use crate::{bpf::Filters, model::ByKey, units::parse_seconds};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -30,12 +30,29 @@ pub struct TopArgs {
     /// Refresh every SECS.
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Duration,
+    /// What a row is: lock (each lock instance), caller (each call stack,
+    /// across locks of a class; implies --callers), task (each thread). `b`
+    /// switches between locks and what was recorded.
+    #[arg(long, value_name = "KEY", default_value = "lock", value_parser = by_parser())]
+    pub by: ByKey,
     /// Run a built-in workload, again each time it ends, while watching.
     #[arg(long, value_enum, value_name = "WORKLOAD", conflicts_with = "command")]
     pub workload: Option<TopWorkload>,
     /// A command to run while watching (its output is discarded).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+impl TopArgs {
+    /// What is recorded: the tracing filters plus what `--by` needs.
+    pub fn filters(&self) -> Filters {
+        let mut filters = self
+            .tracing
+            .filters(self.workload.is_some() || !self.command.is_empty());
+        filters.callers |= self.by == ByKey::Caller;
+        filters.by_task = self.by == ByKey::Task;
+        filters
+    }
 }
 
 /// The workloads `pipelock top --workload` can loop.

@@ -23,9 +23,8 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Top(args) => top::run(top::Options {
             mode: args.tracing.mode,
             interval: args.interval,
-            filters: args
-                .tracing
-                .filters(args.workload.is_some() || !args.command.is_empty()),
+            filters: args.filters(),
+            by: args.by,
             load: match (args.workload, args.command.is_empty()) {
                 (Some(workload), _) => top::Load::Workload(workload.subcommand().to_owned()),
                 (None, false) => top::Load::Command(args.command),

@@ -21,8 +21,9 @@ use crate::{
     Error,
     bpf::{AttachMode, Filters},
     collect::{IntervalCollector, Tracer},
+    model::ByKey,
     tui::{
-        app::{Action, App, Sample},
+        app::{Action, App, Groupings, Sample},
         terminal::{TerminalGuard, terminal_err},
         view,
     },
@@ -42,6 +43,8 @@ pub struct Options {
     pub mode: Option<AttachMode>,
     pub interval: Duration,
     pub filters: Filters,
+    /// What the table's rows are at start (`b` switches).
+    pub by: ByKey,
     pub load: Load,
     pub ebpf_log: bool,
 }
@@ -72,6 +75,13 @@ pub fn run(options: Options) -> Result<(), Error> {
         tracer.mode(),
         tracer.notes().to_vec(),
         options.interval.as_secs_f64(),
+    )
+    .with_grouping(
+        options.by,
+        Groupings {
+            callers: options.filters.callers,
+            tasks: options.filters.by_task,
+        },
     );
     let mut load = LoadRunner::start(options.load)?;
 

@@ -6,8 +6,8 @@ use std::collections::{HashMap, VecDeque};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::model::{
-    CallerRow, HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Snapshot, Timing, TraceReport,
-    class_label,
+    ByKey, CallerRow, HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Snapshot, TaskRow, Timing,
+    TraceReport, class_label,
 };
 
 /// Owners per row kept for the detail pane.
@@ -48,6 +48,36 @@ pub struct TopRow {
     pub holder: HolderState,
     /// Since start: its busiest call stack (`--callers`).
     pub top_caller: Option<CallerRow>,
+}
+
+/// One call stack (`--by caller`) or thread (`--by task`) as the table
+/// shows it: across the locks of its class, like the trace report's rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupRow {
+    pub class: &'static str,
+    /// The stack's frames joined innermost first, or the thread's
+    /// `comm(pid/tid)`.
+    pub label: String,
+    /// A caller row's frames (empty for a thread).
+    pub stack: Vec<String>,
+    /// Per second over the last interval (None: not measured in this mode).
+    pub acquisitions_per_s: Option<f64>,
+    pub contentions_per_s: f64,
+    pub total_acquisitions: Option<u64>,
+    pub total_contentions: u64,
+    pub wait_total_ns: u64,
+    pub wait_max_ns: u64,
+    pub hold_total_ns: Option<u64>,
+}
+
+impl GroupRow {
+    /// The waits its wait total is over: every acquisition in the hooked
+    /// modes, the contended ones in tracepoint mode.
+    pub fn wait_avg_ns(&self) -> u64 {
+        self.wait_total_ns
+            .checked_div(self.total_acquisitions.unwrap_or(self.total_contentions))
+            .unwrap_or(0)
+    }
 }
 
 /// Table order; `s` cycles through them, largest first.
@@ -114,6 +144,55 @@ impl SortColumn {
             Self::Name => a.name.cmp(&b.name),
         }
     }
+
+    /// The same orders for call stacks and threads; their rows keep only
+    /// totals for wait and hold, so those columns sort by them.
+    fn compare_groups(self, a: &GroupRow, b: &GroupRow) -> std::cmp::Ordering {
+        match self {
+            Self::ContentionsPerS => b.contentions_per_s.total_cmp(&a.contentions_per_s),
+            Self::AcquisitionsPerS => b
+                .acquisitions_per_s
+                .unwrap_or(0.0)
+                .total_cmp(&a.acquisitions_per_s.unwrap_or(0.0)),
+            Self::WaitAvg => b.wait_avg_ns().cmp(&a.wait_avg_ns()),
+            Self::WaitMax => b.wait_max_ns.cmp(&a.wait_max_ns),
+            Self::HoldAvg | Self::HoldMax => b.hold_total_ns.cmp(&a.hold_total_ns),
+            Self::TotalWait => b.wait_total_ns.cmp(&a.wait_total_ns),
+            Self::Name => a.label.cmp(&b.label),
+        }
+    }
+}
+
+/// What the table's rows are (`--by`, `b` switches): locks always; call
+/// stacks and threads where they are recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Groupings {
+    pub callers: bool,
+    pub tasks: bool,
+}
+
+impl Groupings {
+    fn next(self, by: ByKey) -> ByKey {
+        let order = [ByKey::Lock, ByKey::Caller, ByKey::Task];
+        let at = order.iter().position(|k| *k == by).unwrap_or(0);
+        (1..=order.len())
+            .map(|step| order[(at + step) % order.len()])
+            .find(|k| match k {
+                ByKey::Lock => true,
+                ByKey::Caller => self.callers,
+                ByKey::Task => self.tasks,
+            })
+            .unwrap_or(ByKey::Lock)
+    }
+}
+
+/// The table's name for a grouping's rows.
+pub fn rows_noun(by: ByKey) -> &'static str {
+    match by {
+        ByKey::Lock => "locks",
+        ByKey::Caller => "call stacks",
+        ByKey::Task => "threads",
+    }
 }
 
 /// What a key asks of the event loop beyond the app's own state.
@@ -142,6 +221,12 @@ pub struct App {
     pub elapsed_s: f64,
     /// Every lock of the latest sample, unsorted and unfiltered.
     pub rows: Vec<TopRow>,
+    /// What the table shows, and which groupings were recorded.
+    pub by: ByKey,
+    pub groupings: Groupings,
+    /// The latest sample's call stacks and threads (where recorded).
+    pub callers: Vec<GroupRow>,
+    pub tasks: Vec<GroupRow>,
     /// Contentions per interval, per lock, oldest first.
     pub history: HashMap<(u64, u64), VecDeque<u64>>,
     pub drops: Vec<(String, u64)>,
@@ -195,6 +280,12 @@ impl App {
             .collect();
         self.fill = fill;
         self.rows = join_rows(&interval, &total, seconds);
+        if self.groupings.callers {
+            self.callers = join_callers(&interval.by_caller, &total.by_caller, seconds);
+        }
+        if self.groupings.tasks {
+            self.tasks = join_tasks(&interval.by_task, &total.by_task, seconds);
+        }
         for row in &self.rows {
             let contended = interval
                 .locks
@@ -207,8 +298,48 @@ impl App {
                 history.pop_front();
             }
         }
-        let visible = self.visible().len();
-        self.selected = self.selected.min(visible.saturating_sub(1));
+        self.selected = self.selected.min(self.shown().saturating_sub(1));
+    }
+
+    /// Rows by `by`, recorded as `groupings` allow (`--by` asks for them).
+    pub fn with_grouping(mut self, by: ByKey, groupings: Groupings) -> Self {
+        self.groupings = groupings;
+        self.by = by;
+        self
+    }
+
+    /// How many rows the table shows now.
+    pub fn shown(&self) -> usize {
+        match self.by {
+            ByKey::Lock => self.visible().len(),
+            ByKey::Caller | ByKey::Task => self.visible_groups().len(),
+        }
+    }
+
+    /// Call stacks or threads as the table shows them: filtered, sorted.
+    pub fn visible_groups(&self) -> Vec<&GroupRow> {
+        let needle = self.filter.to_lowercase();
+        let rows = match self.by {
+            ByKey::Lock => &[][..],
+            ByKey::Caller => &self.callers[..],
+            ByKey::Task => &self.tasks[..],
+        };
+        let mut rows: Vec<&GroupRow> = rows
+            .iter()
+            .filter(|r| {
+                needle.is_empty() || r.class.contains(&needle) || r.label.to_lowercase().contains(&needle)
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            self.sort
+                .compare_groups(a, b)
+                .then_with(|| (a.class, &a.label).cmp(&(b.class, &b.label)))
+        });
+        rows
+    }
+
+    pub fn selected_group(&self) -> Option<&GroupRow> {
+        self.visible_groups().get(self.selected).copied()
     }
 
     fn account_programs(&mut self, programs: &[ProgramStats], seconds: f64) {
@@ -246,8 +377,17 @@ impl App {
         rows
     }
 
+    /// The selected lock (the table shows locks).
     pub fn selected_row(&self) -> Option<&TopRow> {
+        if self.by != ByKey::Lock {
+            return None;
+        }
         self.visible().get(self.selected).copied()
+    }
+
+    /// Whether a row is selected, whatever the rows are.
+    pub fn has_selection(&self) -> bool {
+        self.selected < self.shown()
     }
 
     pub fn on_key(&mut self, key: KeyEvent) -> Action {
@@ -270,7 +410,7 @@ impl App {
             self.selected = 0;
             return Action::None;
         }
-        let last = self.visible().len().saturating_sub(1);
+        let last = self.shown().saturating_sub(1);
         match key.code {
             KeyCode::Char('q') => return Action::Quit,
             KeyCode::Esc if self.detail => self.detail = false,
@@ -291,9 +431,15 @@ impl App {
                 self.filter.clear();
             }
             KeyCode::Char('p') | KeyCode::Char(' ') => self.paused = !self.paused,
+            KeyCode::Char('b') => {
+                self.by = self.groupings.next(self.by);
+                self.selected = 0;
+            }
             KeyCode::Char('r') => {
                 self.history.clear();
                 self.rows.clear();
+                self.callers.clear();
+                self.tasks.clear();
                 self.selected = 0;
                 return Action::Reset;
             }
@@ -340,12 +486,133 @@ fn join_rows(interval: &TraceReport, total: &TraceReport, seconds: f64) -> Vec<T
         .collect()
 }
 
+/// Call stacks of this interval joined with the totals by (class, stack).
+fn join_callers(interval: &[CallerRow], total: &[CallerRow], seconds: f64) -> Vec<GroupRow> {
+    let now: HashMap<(&'static str, &[String]), &CallerRow> = interval
+        .iter()
+        .map(|r| ((class_label(r.class), &r.stack[..]), r))
+        .collect();
+    total
+        .iter()
+        .map(|t| {
+            let class = class_label(t.class);
+            let i = now.get(&(class, &t.stack[..]));
+            GroupRow {
+                class,
+                label: t.stack.join(" < "),
+                stack: t.stack.clone(),
+                acquisitions_per_s: t
+                    .acquisitions
+                    .map(|_| i.and_then(|i| i.acquisitions).unwrap_or(0) as f64 / seconds),
+                contentions_per_s: i.map_or(0, |i| i.contentions) as f64 / seconds,
+                total_acquisitions: t.acquisitions,
+                total_contentions: t.contentions,
+                wait_total_ns: t.wait_total_ns,
+                wait_max_ns: t.wait_max_ns,
+                hold_total_ns: t.hold_total_ns,
+            }
+        })
+        .collect()
+}
+
+/// Threads of this interval joined with the totals by (class, thread).
+fn join_tasks(interval: &[TaskRow], total: &[TaskRow], seconds: f64) -> Vec<GroupRow> {
+    let now: HashMap<(&'static str, u32), &TaskRow> = interval
+        .iter()
+        .map(|r| ((class_label(r.class), r.tid), r))
+        .collect();
+    total
+        .iter()
+        .map(|t| {
+            let class = class_label(t.class);
+            let i = now.get(&(class, t.tid));
+            GroupRow {
+                class,
+                label: t.label(),
+                stack: Vec::new(),
+                acquisitions_per_s: t
+                    .acquisitions
+                    .map(|_| i.and_then(|i| i.acquisitions).unwrap_or(0) as f64 / seconds),
+                contentions_per_s: i.map_or(0, |i| i.contentions) as f64 / seconds,
+                total_acquisitions: t.acquisitions,
+                total_contentions: t.contentions,
+                wait_total_ns: t.wait_total_ns,
+                wait_max_ns: t.wait_max_ns,
+                hold_total_ns: t.hold_total_ns,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use crossterm::event::KeyCode;
 
     use super::*;
-    use crate::tui::fixtures::{app_with, key, report};
+    use crate::tui::fixtures::{app_grouped, app_with, key, report};
+
+    #[test]
+    fn call_stacks_and_threads_become_rows_with_rates() {
+        let app = app_grouped(ByKey::Caller);
+        let rows = app.visible_groups();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            rows[0].label, "anon_pipe_write+0x50 < vfs_write+0x2a4 < ksys_write+0x73",
+            "sorted by contended/s now, not by the totals"
+        );
+        assert_eq!(
+            rows[0].contentions_per_s, 4.0,
+            "8 contentions over a 2 s interval"
+        );
+        assert_eq!(rows[0].acquisitions_per_s, Some(12.0));
+        assert_eq!(rows[1].total_contentions, 30);
+        assert_eq!(rows[1].wait_avg_ns(), 1000, "90 us over 90 acquisitions");
+        let mut app = app;
+        app.on_key(key(KeyCode::Char('t')));
+        assert!(
+            app.visible_groups()[0].label.starts_with("anon_pipe_read"),
+            "by total wait"
+        );
+        let tasks = app_grouped(ByKey::Task);
+        let rows = tasks.visible_groups();
+        assert_eq!(rows[0].label, "herd(4000/4001)");
+        assert!(rows[0].stack.is_empty());
+    }
+
+    #[test]
+    fn b_switches_between_the_recorded_groupings() {
+        // Callers recorded, threads not: lock → caller → lock.
+        let mut app = app_grouped(ByKey::Lock);
+        assert_eq!(app.shown(), 0, "no lock rows in this sample");
+        app.on_key(key(KeyCode::Char('b')));
+        assert_eq!(app.by, ByKey::Caller);
+        assert_eq!(app.shown(), 2);
+        app.on_key(key(KeyCode::Char('j')));
+        assert_eq!(app.selected, 1);
+        assert!(app.selected_row().is_none(), "no lock is selected among stacks");
+        assert!(app.selected_group().is_some());
+        app.on_key(key(KeyCode::Char('b')));
+        assert_eq!(app.by, ByKey::Lock, "threads were not recorded");
+        assert_eq!(app.selected, 0);
+        // Both recorded: lock → caller → task → lock.
+        let mut app = app_grouped(ByKey::Task);
+        app.on_key(key(KeyCode::Char('b')));
+        assert_eq!(app.by, ByKey::Lock);
+        app.on_key(key(KeyCode::Char('b')));
+        app.on_key(key(KeyCode::Char('b')));
+        assert_eq!(app.by, ByKey::Task);
+        // Without either, `b` stays on locks.
+        let mut app = app_with(2);
+        app.on_key(key(KeyCode::Char('b')));
+        assert_eq!(app.by, ByKey::Lock);
+        // The filter applies to the stacks' frames.
+        let mut app = app_grouped(ByKey::Caller);
+        app.on_key(key(KeyCode::Char('/')));
+        for c in "pipe_read".chars() {
+            app.on_key(key(KeyCode::Char(c)));
+        }
+        assert_eq!(app.shown(), 1);
+    }
 
     #[test]
     fn a_sample_becomes_rates_per_second() {

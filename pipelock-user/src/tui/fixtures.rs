@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState, KeyModifiers};
 use pipelock_common::Histogram;
 
-use super::app::{App, Sample};
+use super::app::{App, Groupings, Sample};
 use crate::model::{
-    CallerRow, HolderState, LockClass, LockRow, MapFill, OwnerRow, PERCENTILE_RESOLUTION, ProgramStats,
-    Snapshot, Timing, TraceReport,
+    ByKey, CallerRow, HolderState, LockClass, LockRow, MapFill, OwnerRow, PERCENTILE_RESOLUTION,
+    ProgramStats, Snapshot, TaskRow, Timing, TraceReport,
 };
 
 pub fn key(code: KeyCode) -> KeyEvent {
@@ -128,6 +128,63 @@ pub fn app_with(n: u64) -> App {
                 capacity: 4096,
                 memlock_bytes: Some(5 << 20),
             }],
+        },
+        elapsed_s: 10.0,
+    });
+    app
+}
+
+/// An app showing `by`, after one sample of two call stacks and two threads
+/// (the second of each busier since start, the first busier now).
+pub fn app_grouped(by: ByKey) -> App {
+    let caller = |frame: &str, contentions: u64, wait: u64| CallerRow {
+        class: Some(LockClass::PipeMutex),
+        stack: vec![
+            format!("{frame}+0x50"),
+            "vfs_write+0x2a4".into(),
+            "ksys_write+0x73".into(),
+        ],
+        acquisitions: Some(contentions * 3),
+        contentions,
+        wait_total_ns: wait,
+        wait_max_ns: wait / 2,
+        hold_total_ns: Some(wait / 10),
+    };
+    let task = |tid: u32, contentions: u64, wait: u64| TaskRow {
+        class: Some(LockClass::PipeMutex),
+        tid,
+        pid: Some(4000),
+        comm: Some("herd".into()),
+        acquisitions: Some(contentions * 3),
+        contentions,
+        wait_total_ns: wait,
+        wait_max_ns: wait / 2,
+        hold_total_ns: Some(wait / 10),
+    };
+    let mut interval = report(Vec::new(), 2.0);
+    interval.by_caller = vec![
+        caller("anon_pipe_write", 8, 8_000),
+        caller("anon_pipe_read", 2, 2_000),
+    ];
+    interval.by_task = vec![task(4001, 8, 8_000), task(4002, 2, 2_000)];
+    let mut total = report(Vec::new(), 10.0);
+    total.by_caller = vec![
+        caller("anon_pipe_write", 10, 10_000),
+        caller("anon_pipe_read", 30, 90_000),
+    ];
+    total.by_task = vec![task(4001, 10, 10_000), task(4002, 30, 90_000)];
+    let mut app = App::new("6.12.117".into(), "fentry".into(), Vec::new(), 1.0).with_grouping(
+        by,
+        Groupings {
+            callers: true,
+            tasks: by == ByKey::Task,
+        },
+    );
+    app.on_sample(Sample {
+        snapshot: Snapshot {
+            interval,
+            total,
+            fill: Vec::new(),
         },
         elapsed_s: 10.0,
     });
