@@ -281,10 +281,10 @@ impl App {
         self.fill = fill;
         self.rows = join_rows(&interval, &total, seconds);
         if self.groupings.callers {
-            self.callers = join_callers(&interval.by_caller, &total.by_caller, seconds);
+            self.callers = join_groups(&interval.by_caller, &total.by_caller, seconds);
         }
         if self.groupings.tasks {
-            self.tasks = join_tasks(&interval.by_task, &total.by_task, seconds);
+            self.tasks = join_groups(&interval.by_task, &total.by_task, seconds);
         }
         for row in &self.rows {
             let contended = interval
@@ -486,60 +486,61 @@ fn join_rows(interval: &TraceReport, total: &TraceReport, seconds: f64) -> Vec<T
         .collect()
 }
 
-/// Call stacks of this interval joined with the totals by (class, stack).
-fn join_callers(interval: &[CallerRow], total: &[CallerRow], seconds: f64) -> Vec<GroupRow> {
-    let now: HashMap<(&'static str, &[String]), &CallerRow> = interval
-        .iter()
-        .map(|r| ((class_label(r.class), &r.stack[..]), r))
-        .collect();
-    total
-        .iter()
-        .map(|t| {
-            let class = class_label(t.class);
-            let i = now.get(&(class, &t.stack[..]));
-            GroupRow {
-                class,
-                label: t.stack.join(" < "),
-                stack: t.stack.clone(),
-                acquisitions_per_s: t
-                    .acquisitions
-                    .map(|_| i.and_then(|i| i.acquisitions).unwrap_or(0) as f64 / seconds),
-                contentions_per_s: i.map_or(0, |i| i.contentions) as f64 / seconds,
-                total_acquisitions: t.acquisitions,
-                total_contentions: t.contentions,
-                wait_total_ns: t.wait_total_ns,
-                wait_max_ns: t.wait_max_ns,
-                hold_total_ns: t.hold_total_ns,
-            }
-        })
-        .collect()
+impl From<&CallerRow> for GroupRow {
+    fn from(row: &CallerRow) -> Self {
+        Self {
+            class: class_label(row.class),
+            label: row.stack.join(" < "),
+            stack: row.stack.clone(),
+            acquisitions_per_s: None,
+            contentions_per_s: 0.0,
+            total_acquisitions: row.acquisitions,
+            total_contentions: row.contentions,
+            wait_total_ns: row.wait_total_ns,
+            wait_max_ns: row.wait_max_ns,
+            hold_total_ns: row.hold_total_ns,
+        }
+    }
 }
 
-/// Threads of this interval joined with the totals by (class, thread).
-fn join_tasks(interval: &[TaskRow], total: &[TaskRow], seconds: f64) -> Vec<GroupRow> {
-    let now: HashMap<(&'static str, u32), &TaskRow> = interval
+impl From<&TaskRow> for GroupRow {
+    fn from(row: &TaskRow) -> Self {
+        Self {
+            class: class_label(row.class),
+            label: row.label(),
+            stack: Vec::new(),
+            acquisitions_per_s: None,
+            contentions_per_s: 0.0,
+            total_acquisitions: row.acquisitions,
+            total_contentions: row.contentions,
+            wait_total_ns: row.wait_total_ns,
+            wait_max_ns: row.wait_max_ns,
+            hold_total_ns: row.hold_total_ns,
+        }
+    }
+}
+
+/// Call stacks (or threads) of this interval joined with the totals by
+/// class and stack (or thread): the interval's counts become the rates.
+fn join_groups<'a, R: 'a>(interval: &'a [R], total: &'a [R], seconds: f64) -> Vec<GroupRow>
+where
+    GroupRow: From<&'a R>,
+{
+    let now: HashMap<(&'static str, String), GroupRow> = interval
         .iter()
-        .map(|r| ((class_label(r.class), r.tid), r))
+        .map(GroupRow::from)
+        .map(|r| ((r.class, r.label.clone()), r))
         .collect();
     total
         .iter()
-        .map(|t| {
-            let class = class_label(t.class);
-            let i = now.get(&(class, t.tid));
-            GroupRow {
-                class,
-                label: t.label(),
-                stack: Vec::new(),
-                acquisitions_per_s: t
-                    .acquisitions
-                    .map(|_| i.and_then(|i| i.acquisitions).unwrap_or(0) as f64 / seconds),
-                contentions_per_s: i.map_or(0, |i| i.contentions) as f64 / seconds,
-                total_acquisitions: t.acquisitions,
-                total_contentions: t.contentions,
-                wait_total_ns: t.wait_total_ns,
-                wait_max_ns: t.wait_max_ns,
-                hold_total_ns: t.hold_total_ns,
-            }
+        .map(GroupRow::from)
+        .map(|mut t| {
+            let i = now.get(&(t.class, t.label.clone()));
+            t.contentions_per_s = i.map_or(0, |i| i.total_contentions) as f64 / seconds;
+            t.acquisitions_per_s = t
+                .total_acquisitions
+                .map(|_| i.and_then(|i| i.total_acquisitions).unwrap_or(0) as f64 / seconds);
+            t
         })
         .collect()
 }
