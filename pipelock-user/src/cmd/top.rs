@@ -23,7 +23,8 @@ use crate::{
     collect::{IntervalCollector, Tracer},
     model::ByKey,
     tui::{
-        app::{Action, App, Groupings, Sample},
+        app::{Action, App, Sample},
+        groups::Groupings,
         terminal::{TerminalGuard, terminal_err},
         view,
     },

@@ -4,7 +4,13 @@ use std::collections::BTreeMap;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState, KeyModifiers};
 use pipelock_common::Histogram;
 
-use super::app::{App, Groupings, Sample};
+use ratatui::{Terminal, backend::TestBackend};
+
+use super::{
+    app::{App, Sample},
+    groups::Groupings,
+    view::draw,
+};
 use crate::model::{
     ByKey, CallerRow, HolderState, LockClass, LockRow, MapFill, OwnerRow, PERCENTILE_RESOLUTION,
     ProgramStats, Snapshot, TaskRow, Timing, TraceReport,
@@ -189,4 +195,23 @@ pub fn app_grouped(by: ByKey) -> App {
         elapsed_s: 10.0,
     });
     app
+}
+
+/// What `app` draws on a `width` × `height` terminal, a line a row.
+pub fn screen(app: &App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| draw(f, app)).unwrap();
+    let buffer = terminal.backend().buffer();
+    buffer
+        .content
+        .chunks(usize::from(width))
+        .map(|line| {
+            line.iter()
+                .map(|c| c.symbol())
+                .collect::<String>()
+                .trim_end()
+                .to_owned()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }

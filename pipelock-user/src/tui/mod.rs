@@ -4,5 +4,7 @@
 pub mod app;
 #[cfg(test)]
 pub mod fixtures;
+pub mod groups;
+mod groups_view;
 pub mod terminal;
 pub mod view;
