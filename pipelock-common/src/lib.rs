@@ -145,14 +145,16 @@ pub struct Pending {
     pub flags_or: u32,
     /// AND of them: without `LCB_F_SPIN` the waiter went to sleep at least once.
     pub flags_and: u32,
-    /// A mutex's owner when the wait began: its thread id (0: unknown) and
-    /// `task_struct` (0: not watched), and its [`HolderClock`] then.
+    /// A mutex's owner when the wait began: its thread id and `task_struct`
+    /// (0: unknown), and its [`HolderClock`] when the waiter went to sleep.
     pub owner_tid: u32,
     pub owner_task: u64,
     pub holder_at_start: [u64; holder::STATES],
     /// The waiter's call stack in `STACKS` ([`NO_STACK`]: none recorded).
     pub stack_id: u32,
-    pub _pad: u32,
+    /// 1 while `owner_task` is watched (from the first begin that sleeps:
+    /// a waiter that only spins needs no watching, see `probes::holder`).
+    pub watched: u32,
 }
 
 /// Waits one thread can have open at once: a mutex wait, the slow path's
@@ -170,12 +172,20 @@ pub struct TaskWaits {
     /// Whether the thread is traced (`-p`, `-t`, the followed command),
     /// judged when it took the slot (again on every wait with `-c`).
     pub wanted: u32,
-    /// The owner thread this thread last named in `TASK_NAMES`.
-    pub named_owner: u32,
-    /// The lock this thread last named in `LOCK_INFO` and recorded itself
-    /// on in `LOCK_USERS`: a waiter comes back to the same pipe's locks.
-    pub recorded: LockKey,
+    /// The collection interval `recorded` belongs to (`STATS_SLOT`'s count).
+    pub recorded_in: u32,
+    /// The locks this thread named in `LOCK_INFO` and recorded itself on in
+    /// `LOCK_USERS` in that interval, so it looks them up once per interval:
+    /// a waiter comes back to the same few locks (a herd's writer: the pipe's
+    /// mutex and `rd_wait.lock`, and each CPU's run-queue lock).
+    pub recorded: [LockKey; RECORDED],
+    /// Where the next lock goes in `recorded` (round robin).
+    pub recorded_next: u32,
+    pub _pad: u32,
 }
+
+/// Locks a thread remembers recording per interval ([`TaskWaits::recorded`]).
+pub const RECORDED: usize = 4;
 
 /// Per-lock statistics (one value for all CPUs, updated with atomic adds).
 #[repr(C)]
@@ -183,10 +193,16 @@ pub struct TaskWaits {
 pub struct LockStats {
     /// Every acquisition (fentry/kprobe mode only; 0 in tracepoint mode).
     pub acquisitions: u64,
-    /// Acquisitions that went to the slow path (a `contention_begin` was seen).
+    /// Acquisitions that went to the slow path (a `contention_begin` was
+    /// seen), counted by the hooked modes. Tracepoint mode leaves it 0: all
+    /// it records are contended waits, so the wait histogram's count is
+    /// this, and an atomic add per event is saved ([`LockStats::contended`]).
     pub contentions: u64,
-    /// Of those, the ones that only spun (every begin had `LCB_F_SPIN`).
-    pub spin_only: u64,
+    /// Of those, the ones that went to sleep (a begin without
+    /// `LCB_F_SPIN`). The exception is counted, not the rule: a spinlock
+    /// never sleeps and most pipe-mutex waits only spin, so this add is
+    /// rarely made; "spin only" is the rest ([`LockStats::spin_only`]).
+    pub slept: u64,
     /// Events on this lock that were seen but could not be timed (a release
     /// or end without its acquisition, a hold still open when its call returned).
     pub dropped: u64,
@@ -205,12 +221,24 @@ impl LockStats {
     pub const EMPTY: Self = Self {
         acquisitions: 0,
         contentions: 0,
-        spin_only: 0,
+        slept: 0,
         dropped: 0,
         last_holder: 0,
         wait: Histogram::EMPTY,
         hold: Histogram::EMPTY,
     };
+
+    /// Contended acquisitions: counted in the hooked modes, and in
+    /// tracepoint mode the waits it recorded (each is one). The wait's
+    /// `count` must have been taken from its buckets.
+    pub fn contended(&self, hooked: bool) -> u64 {
+        if hooked { self.contentions } else { self.wait.count }
+    }
+
+    /// Contended acquisitions that only spun.
+    pub fn spin_only(&self, hooked: bool) -> u64 {
+        self.contended(hooked).saturating_sub(self.slept)
+    }
 }
 
 /// Index of a pipe's locks in [`TaskPipe`]'s arrays: lock `l` of the call's
@@ -262,7 +290,9 @@ pub struct TaskPipe {
     /// Bit `1 << index`: that lock has its `LOCK_INFO` entry (bits 0..3 are
     /// kept across read/write calls on `noted_pipe`).
     pub registered: u32,
-    pub _pad: u32,
+    /// Bit `p` set while pipe `p`'s mutex owner (`owner_task`) is watched:
+    /// from the waiter's first begin that sleeps.
+    pub owner_watched: u32,
     /// The pipe this thread's read/write calls were last recorded on in
     /// `LOCK_USERS`, and its inode number.
     pub noted_pipe: u64,
@@ -271,13 +301,12 @@ pub struct TaskPipe {
     /// freed since, the address may now be another pipe's, and is checked again.
     pub frees_seen: u64,
     /// A contended mutex acquisition of each pipe: its owner when the wait
-    /// began (thread id, 0: unknown; `task_struct`, 0: not watched) and the
-    /// owner's [`HolderClock`] then.
+    /// began (thread id and `task_struct`, 0: unknown) and the owner's
+    /// [`HolderClock`] when the waiter went to sleep.
     pub owner_tid: [u32; pipe_lock::PIPES],
     pub owner_task: [u64; pipe_lock::PIPES],
     pub holder_at_start: [[u64; holder::STATES]; pipe_lock::PIPES],
-    /// The owner thread last named in `TASK_NAMES`.
-    pub named_owner: u32,
+    pub _pad: u32,
     /// `--hold-states`: bit `p` set while this thread's hold of pipe `p`'s
     /// mutex is watched, its [`HolderClock`] at the hold's start.
     pub hold_watched: u32,

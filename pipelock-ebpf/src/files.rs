@@ -1,26 +1,35 @@
 //! From a task's fd or a `struct file` to the pipe behind it: the walk the
 //! tracepoint programs do on a contended path and the splice hooks once
 //! per call (read/write calls learn their pipe from their first mutex_lock).
-use aya_ebpf::helpers::bpf_get_current_task;
 use pipelock_common::TraceConfig;
 
-use crate::maps::{read, read_words};
+use crate::{
+    maps::{read, read_words},
+    typed::Typed,
+};
 
 const S_IFMT: u16 = 0o170000;
 const S_IFIFO: u16 = 0o010000;
 
-/// The current task's `struct file` at `fd`.
+/// The kernel's ceiling on fd numbers (`sysctl_nr_open` can be at most
+/// `NR_OPEN`, 1 << 20). It also bounds `fd * 8` for the verifier, which
+/// may type the fd array as memory and refuses an unbounded offset into it.
+const NR_OPEN: u64 = 1 << 20;
+
+/// The current task's `struct file` at `fd`. Typed loads down to the fd
+/// array (task, files, fd table: members of known structs); the array's
+/// element is a pointer to a pointer, which the verifier does not type, so
+/// it takes one probe read.
 #[inline(always)]
 pub(crate) fn file_of_fd(cfg: &TraceConfig, fd: u64) -> Option<u64> {
-    // SAFETY: no preconditions; used as an address for probe reads only.
-    let task = unsafe { bpf_get_current_task() };
-    let files = read::<u64>(task + cfg.task_files as u64)?;
-    let fdt = read::<u64>(files + cfg.files_fdt as u64)?;
-    let (max_fds, fd_array) = read_words(fdt, cfg.fdt_max_fds, cfg.fdt_fd)?;
-    if fd >= max_fds as u32 as u64 {
+    let fdt = Typed::current_task()
+        .pointer(cfg.task_files)?
+        .pointer(cfg.files_fdt)?;
+    let max_fds = fdt.half(cfg.fdt_max_fds) as u64;
+    if fd >= max_fds || fd >= NR_OPEN {
         return None;
     }
-    let file = read::<u64>(fd_array + fd * 8)?;
+    let file = read::<u64>(fdt.word(cfg.fdt_fd) + fd * 8)?;
     (file != 0).then_some(file)
 }
 

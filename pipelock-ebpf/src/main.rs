@@ -16,6 +16,7 @@ mod maps;
 mod probes;
 mod recognise;
 mod task;
+mod typed;
 
 #[cfg(not(test))]
 #[panic_handler]

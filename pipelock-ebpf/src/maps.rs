@@ -78,10 +78,11 @@ pub(crate) static EMPTY_STATS: LockStats = LockStats::EMPTY;
 /// thread needs its entry (`stale_pending`).
 #[map]
 pub(crate) static TASK_WAITS: Array<TaskWaits> = Array::with_max_entries(TASK_SLOTS, 0);
-/// Two statistics maps: the programs add to the one `STATS_SLOT` names;
-/// userspace switches the slot, waits an RCU grace period (no program still
-/// holds a pointer into the other map), then reads and empties that one. A
-/// drained entry is never recycled under a program writing to it.
+/// Two statistics maps: the programs add to the one `STATS_SLOT`'s parity
+/// names; userspace adds one to the slot (see [`interval`]), waits an RCU
+/// grace period (no program still holds a pointer into the other map),
+/// then reads and empties that one. A drained entry is never recycled
+/// under a program writing to it.
 ///
 /// One value per lock for all CPUs, not one per CPU: every counter is an
 /// atomic add (which fentry programs need anyway, see `bump`), and the
@@ -136,6 +137,9 @@ pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Drop::
 /// CPU event after event, and a per-CPU array read (inlined by the
 /// verifier) is much cheaper than the hash lookups that would find it
 /// already recorded. Only a cache: a stale entry costs a lookup.
+///
+/// Also the owners this CPU named in `TASK_NAMES` in this interval, at
+/// `tid % RECENT_OWNERS` (see [`first_naming`]).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct Recent {
@@ -143,7 +147,11 @@ pub(crate) struct Recent {
     user: LockKey,
     user_tgid: u32,
     _pad: u32,
+    owners: [u64; RECENT_OWNERS],
 }
+
+/// Owners one CPU remembers naming: a 64-process herd's, without collisions.
+const RECENT_OWNERS: usize = 64;
 
 #[map]
 static RECENT: PerCpuArray<Recent> = PerCpuArray::with_max_entries(1, 0);
@@ -163,6 +171,40 @@ pub(crate) static TASK_PIPE: Array<TaskPipe> = Array::with_max_entries(TASK_SLOT
 /// insert and a delete. LRU so threads that are gone make room.
 #[map]
 pub(crate) static TASK_LOCKREF: LruHashMap<u32, TaskLockref> = LruHashMap::with_max_entries(16384, 0);
+
+/// The collection interval: userspace adds one to `STATS_SLOT` at each
+/// drain, and its parity picks the statistics maps the programs write.
+/// "Already recorded" caches hold for one interval. Userspace drains the
+/// identity maps every interval and keeps what it read, but it forgets the
+/// identities of locks it retires and names nobody refers to any more, so
+/// a cache entry that outlived its interval could leave a lock or a thread
+/// unnamed for good.
+#[inline(always)]
+pub(crate) fn interval() -> u32 {
+    STATS_SLOT.get(0).copied().unwrap_or(0)
+}
+
+/// Whether thread `tid` is not yet named from this CPU in this interval;
+/// from now on it counts as named (the caller names it). Owners change at
+/// nearly every contended wait of a herd, and this per-CPU slot saves the
+/// `TASK_NAMES` lookup that would find the name there.
+#[inline(always)]
+pub(crate) fn first_naming(tid: u32) -> bool {
+    let Some(recent) = RECENT.get_ptr_mut(0) else {
+        return true;
+    };
+    let tag = (interval() as u64) << 32 | tid as u64;
+    // SAFETY: this CPU's slot; a racing program on this CPU can only make
+    // a name be looked up twice.
+    let Some(seen) = (unsafe { (*recent).owners.get_mut(tid as usize % RECENT_OWNERS) }) else {
+        return true;
+    };
+    if *seen == tag {
+        return false;
+    }
+    *seen = tag;
+    true
+}
 
 /// The configuration, read in place: a copy would take a third of the
 /// 512-byte stack and cost a copy per run.
@@ -293,7 +335,7 @@ pub(crate) fn read_words(base: u64, first: u32, second: u32) -> Option<(u64, u64
 /// The statistics of a lock, created empty on first use.
 #[inline(always)]
 pub(crate) fn stats_of(key: &LockKey) -> Option<*mut LockStats> {
-    let map = if STATS_SLOT.get(0).copied().unwrap_or(0) == 0 {
+    let map = if interval() % 2 == 0 {
         &LOCK_STATS_A
     } else {
         &LOCK_STATS_B
@@ -313,7 +355,7 @@ pub(crate) fn stats_of(key: &LockKey) -> Option<*mut LockStats> {
 /// A lock's part (by owner, caller or task), created empty on first use.
 #[inline(always)]
 pub(crate) fn detail_of(key: &DetailKey) -> Option<*mut DetailStats> {
-    let map = if STATS_SLOT.get(0).copied().unwrap_or(0) == 0 {
+    let map = if interval() % 2 == 0 {
         &LOCK_DETAILS_A
     } else {
         &LOCK_DETAILS_B

@@ -2,7 +2,10 @@
 use aya_ebpf::helpers::bpf_get_current_task;
 use pipelock_common::TraceConfig;
 
-use crate::maps::read;
+use crate::{
+    maps::read,
+    typed::{Typed, address_of},
+};
 
 /// Whether a `tp_btf` program runs in task context: its arguments (`ctx`)
 /// live in `bpf_trace_runN`'s frame, on the stack the event fired on, and
@@ -12,18 +15,14 @@ use crate::maps::read;
 /// without this check its lock events would count as that task's.
 #[inline(always)]
 pub(crate) fn on_task_stack<C>(cfg: &TraceConfig, ctx: *const C) -> bool {
-    // The verifier refuses arithmetic on the context pointer: read its value
-    // back through a helper, which makes it a plain number.
-    let pointer = ctx as u64;
-    let Some(ctx_address) = read::<u64>(&pointer as *const u64 as u64) else {
+    // Unknown (no scratch word, no stack): count it as the task's, as
+    // before the check existed.
+    let Some(ctx_address) = address_of(ctx) else {
         return true;
     };
-    // SAFETY: no preconditions; used as an address for probe reads only.
-    let task = unsafe { bpf_get_current_task() };
-    match read::<u64>(task + cfg.task_stack as u64) {
-        Some(stack) => ctx_address.wrapping_sub(stack) < cfg.thread_size as u64,
-        // Unknown: count it as the task's, as before the check existed.
-        None => true,
+    match Typed::current_task().word(cfg.task_stack) {
+        0 => true,
+        stack => ctx_address.wrapping_sub(stack) < cfg.thread_size as u64,
     }
 }
 

@@ -10,26 +10,27 @@
 //! (`tp_btf` only, see `on_task_stack`): they are not the syscall's.
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_ktime_get_ns, bpf_task_pt_regs},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{btf_tracepoint, tracepoint},
     programs::tracing::StackIdContext,
     programs::{BtfTracePointContext, TracePointContext},
 };
 use pipelock_common::{
-    Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, TASK_SLOTS, TaskWaits, TraceConfig, class,
-    detail, holder::STATES, known,
+    Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, RECORDED, TASK_SLOTS, TaskWaits, TraceConfig,
+    class, detail, holder::STATES, known,
 };
 
-use super::holder::{mutex_owner, name_task, owners_wanted, record_owner, unwatch, watch};
+use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_owner, unwatch, watch};
 
 use crate::{
     files::{file_of_fd, pipe_of_file},
     maps::{
-        TASK_WAITS, bump, config, count_drop, name_current, name_lock, note_user, read, read_words, record,
+        TASK_WAITS, bump, config, count_drop, interval, name_current, name_lock, note_user, record,
         record_part, stack_id, stats_of, wanted,
     },
     recognise::recognise,
     task::on_task_stack,
+    typed::Typed,
 };
 
 /// The class of `lock` if it is one of `pipe`'s own locks.
@@ -49,20 +50,16 @@ fn pipe_class(cfg: &TraceConfig, pipe: u64, lock: u64) -> Option<u32> {
 /// The pipe behind the current task's fd in syscall argument register
 /// `arg` (an offset in `pt_regs`).
 #[inline(always)]
-fn pipe_of_arg(cfg: &TraceConfig, regs: u64, arg: u32) -> Option<(u64, u64)> {
-    let fd = read::<u64>(regs + arg as u64)? as u32 as u64;
-    pipe_of_file(cfg, file_of_fd(cfg, fd)?)
+fn pipe_of_arg(cfg: &TraceConfig, regs: Typed, arg: u32) -> Option<(u64, u64)> {
+    pipe_of_file(cfg, file_of_fd(cfg, regs.word(arg) as u32 as u64)?)
 }
 
 /// (class, pipe, inode number) if `lock` belongs to, or is contended inside,
 /// a pipe syscall of the current task.
 #[inline(always)]
 fn classify(cfg: &TraceConfig, lock: u64) -> Option<(u32, u64, u64)> {
-    // SAFETY: helpers without preconditions; the result is only read through
-    // bpf_probe_read_kernel.
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
-    let (nr, arg0) = read_words(regs, cfg.regs_syscall_nr, cfg.regs_arg0)?;
-    let nr = nr as u32;
+    let regs = Typed::current_user_regs();
+    let (nr, arg0) = (regs.word(cfg.regs_syscall_nr) as u32, regs.word(cfg.regs_arg0));
     let second = if nr == cfg.nr_read
         || nr == cfg.nr_write
         || nr == cfg.nr_readv
@@ -113,30 +110,54 @@ fn entry_for_new_wait(slot: &TaskWaits) -> usize {
     pick
 }
 
-/// Who owns the mutex `wait` is for, and (from `now`) what it is doing.
+/// A begin of the mutex wait `wait` (`flags`): who owns the mutex (read
+/// at the first begin that finds an owner), and, from the first begin that
+/// sleeps, what the owner is doing (see `probes::holder`).
 #[inline(always)]
-fn note_owner(cfg: &TraceConfig, wait: &mut Pending, named_owner: &mut u32, now: u64) {
-    let Some((task, tid)) = mutex_owner(cfg, wait.lock) else {
-        return;
-    };
-    wait.owner_tid = tid;
-    // Userspace keeps the names it has taken: once per waiter and owner.
-    if *named_owner != tid {
-        name_task(cfg, task, tid);
-        *named_owner = tid;
-    }
-    if let Some(clock) = watch(cfg, task, now) {
+fn note_owner(cfg: &TraceConfig, wait: &mut Pending, flags: u32) {
+    if wait.owner_tid == 0 {
+        let Some((task, tid)) = mutex_owner(cfg, wait.lock) else {
+            return;
+        };
+        wait.owner_tid = tid;
         wait.owner_task = task;
-        wait.holder_at_start = clock;
+        name_task(cfg, task, tid);
+    }
+    if flags & LCB_F_SPIN == 0 && wait.watched == 0 {
+        // SAFETY: no preconditions.
+        if let Some(clock) = watch(cfg, wait.owner_task, unsafe { bpf_ktime_get_ns() }) {
+            wait.holder_at_start = clock;
+            wait.watched = 1;
+        }
     }
 }
 
 /// A wait whose end will never be seen stops watching its owner.
 #[inline(always)]
 fn forget(wait: &Pending) {
-    if wait.lock != 0 && wait.owner_task != 0 {
+    if wait.lock != 0 && wait.watched != 0 {
         let _ = unwatch(wait.owner_task, &wait.holder_at_start, 0);
     }
+}
+
+/// Whether this thread has not yet recorded `key` (named it, noted its
+/// process on it) in this interval; from now on it counts as recorded (the
+/// caller records it). Userspace keeps what it drained of both maps.
+#[inline(always)]
+fn first_recording(slot: &mut TaskWaits, key: LockKey) -> bool {
+    let now = interval();
+    if slot.recorded_in != now {
+        slot.recorded = [LockKey::default(); RECORDED];
+        slot.recorded_in = now;
+    }
+    if slot.recorded.iter().any(|recorded| *recorded == key) {
+        return false;
+    }
+    if let Some(entry) = slot.recorded.get_mut(slot.recorded_next as usize % RECORDED) {
+        *entry = key;
+    }
+    slot.recorded_next = slot.recorded_next.wrapping_add(1);
+    true
 }
 
 /// `on_task_stack`: whether to check that the event runs in task context
@@ -179,11 +200,11 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
             if flags & LCB_F_MUTEX != 0 {
                 wait.flags_or |= flags;
                 wait.flags_and &= flags;
-                // The first begin found the mutex between two owners (a
-                // release to its waiters): by now it has one.
-                if wait.owner_tid == 0 && wait.class == class::PIPE_MUTEX && owners_wanted(cfg) {
-                    // SAFETY: no preconditions.
-                    note_owner(cfg, wait, &mut slot.named_owner, unsafe { bpf_ktime_get_ns() });
+                // The waiter goes to sleep (watch its owner from now), or
+                // the first begin found the mutex between two owners (a
+                // release to its waiters) and by now it has one.
+                if wait.class == class::PIPE_MUTEX && owners_wanted(cfg) {
+                    note_owner(cfg, wait, flags);
                 }
                 return;
             }
@@ -228,14 +249,13 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
         owner_task: 0,
         holder_at_start: [0; STATES],
         stack_id: stack_id(cfg, ctx),
-        _pad: 0,
+        watched: 0,
     };
     if class == class::PIPE_MUTEX && owners_wanted(cfg) {
-        note_owner(cfg, wait, &mut slot.named_owner, start_ns);
+        note_owner(cfg, wait, flags);
     }
     let key = LockKey { lock, owner: ino };
-    // Userspace keeps what it has taken of both maps: once per thread and lock.
-    if slot.recorded != key {
+    if first_recording(slot, key) {
         name_lock(&key, || {
             let mut info = LockInfo {
                 pipe,
@@ -251,7 +271,6 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
             info
         });
         note_user(key, (pid_tgid >> 32) as u32);
-        slot.recorded = key;
     }
 }
 
@@ -278,12 +297,16 @@ fn on_end(lock: u64) {
         owner: wait.owner,
     };
     let cfg = config();
+    let spin_only = wait.flags_and & LCB_F_SPIN != 0;
     if wait.class == class::PIPE_MUTEX && owners_wanted(cfg) {
-        let split = match wait.owner_task {
-            0 => None,
-            task => unwatch(task, &wait.holder_at_start, now),
-        };
-        record_owner(key, wait.owner_tid, ns, split);
+        let watched = (wait.watched != 0).then_some((wait.owner_task, &wait.holder_at_start));
+        let spun_behind_owner = spin_only && wait.owner_tid != 0;
+        record_owner(
+            key,
+            wait.owner_tid,
+            ns,
+            owner_split(watched, spun_behind_owner, ns, now),
+        );
     }
     if cfg.details & (1 << detail::CALLER) != 0 {
         let _ = record_part(key, detail::CALLER, wait.stack_id, false, true, ns, 0);
@@ -291,15 +314,14 @@ fn on_end(lock: u64) {
     if cfg.details & (1 << detail::TASK) != 0 {
         let _ = record_part(key, detail::TASK, pid_tgid as u32, false, true, ns, 0);
     }
-    let spin_only = wait.flags_and & LCB_F_SPIN != 0;
     let Some(stats) = stats_of(&key) else {
         return;
     };
-    // SAFETY: a live map value; every update of it is atomic.
+    // SAFETY: a live map value; every update of it is atomic. (No
+    // `contentions`: the wait histogram counts them.)
     unsafe {
-        bump(&mut (*stats).contentions, 1);
-        if spin_only {
-            bump(&mut (*stats).spin_only, 1);
+        if !spin_only {
+            bump(&mut (*stats).slept, 1);
         }
         record(&mut (*stats).wait, ns);
     }

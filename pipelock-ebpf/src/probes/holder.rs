@@ -7,13 +7,24 @@
 //! reads the clock when its wait starts and when it ends; the difference
 //! splits its wait by the owner's state. Nobody waiting: the scheduler
 //! programs return after one array read.
+//!
+//! A waiter is watched for only once it sleeps. `__mutex_lock_common`
+//! begins with `contention_begin(LCB_F_MUTEX | LCB_F_SPIN)` and an
+//! optimistic spin, which `mutex_spin_on_owner` keeps up only while the
+//! owner is on a CPU (`owner_on_cpu`, which also asks whether the owner's
+//! vCPU was preempted); it emits `contention_begin(LCB_F_MUTEX)` when it
+//! queues to sleep. So a wait that only spun is the owner's time on a CPU
+//! by the kernel's own rule, and costs no watching ([`with_spin`]): on a
+//! herd of pipe writers nearly every mutex wait is one.
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::btf_tracepoint, programs::BtfTracePointContext};
 use pipelock_common::{
     Drop, HolderClock, LockKey, TaskName, TraceConfig, detail,
     holder::{self, STATES},
 };
 
-use crate::maps::{TASK_NAMES, WATCHED, WATCHERS, atomic_add, bump, count_drop, read, record_part};
+use crate::maps::{
+    TASK_NAMES, WATCHED, WATCHERS, atomic_add, bump, count_drop, first_naming, read, record_part,
+};
 
 /// Whether waits are split by owner (the pipe-mutex class is traced).
 #[inline(always)]
@@ -34,6 +45,9 @@ pub(crate) fn mutex_owner(cfg: &TraceConfig, lock: u64) -> Option<(u64, u32)> {
 /// Records a thread's process and name once (owner and per-task rows).
 #[inline(always)]
 pub(crate) fn name_task(cfg: &TraceConfig, task: u64, tid: u32) {
+    if !first_naming(tid) {
+        return;
+    }
     // SAFETY: a lookup only.
     if unsafe { TASK_NAMES.get(&tid) }.is_some() {
         return;
@@ -113,6 +127,38 @@ pub(crate) fn unwatch(task: u64, start: &[u64; STATES], now: u64) -> Option<[u64
     Some(since)
 }
 
+/// The owner's states over a wait of `ns`: `since_sleep` is what the
+/// watched owner did from the waiter's first sleep on (all 0 if it never
+/// slept); the rest of the wait the waiter spun, which the kernel does
+/// only while the owner runs (see the module's notes).
+#[inline(always)]
+pub(crate) fn with_spin(mut since_sleep: [u64; STATES], ns: u64) -> [u64; STATES] {
+    let watched = since_sleep
+        .iter()
+        .fold(0u64, |sum, part| sum.saturating_add(*part));
+    since_sleep[holder::ON_CPU] += ns.saturating_sub(watched);
+    since_sleep
+}
+
+/// The split of a contended mutex wait of `ns` as it ends at `now`: the
+/// watched owner's clock since the waiter slept, plus its spin; a wait
+/// that only spun behind a known owner (`spun_behind_owner`), its spin;
+/// otherwise (no owner read, or one slept with nobody watched: `WATCHED`
+/// full), no split.
+#[inline(always)]
+pub(crate) fn owner_split(
+    watched: Option<(u64, &[u64; STATES])>,
+    spun_behind_owner: bool,
+    ns: u64,
+    now: u64,
+) -> Option<[u64; STATES]> {
+    match watched {
+        Some((task, start)) => unwatch(task, start, now).map(|since_sleep| with_spin(since_sleep, ns)),
+        None if spun_behind_owner => Some(with_spin([0; STATES], ns)),
+        None => None,
+    }
+}
+
 /// Adds one contended wait of `ns` to `lock`'s row of owner `tid`, with
 /// the owner's state split (clamped to the wait: the clock's parts are read
 /// without a lock).
@@ -139,7 +185,11 @@ pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Op
         for state in 0..STATES {
             let share = if split[state] < left { split[state] } else { left };
             left -= share;
-            bump(&mut part.holder_ns[state], share);
+            // A spin-only wait has one share: an atomic add of 0 still
+            // takes the shared cache line.
+            if share != 0 {
+                bump(&mut part.holder_ns[state], share);
+            }
         }
     }
 }

@@ -96,9 +96,12 @@ pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Taken, &'static str), Error> {
         name: maps::STATS_SLOT.to_owned(),
     })?;
     let mut slot: Array<_, u32> = Array::try_from(slot_map).map_err(map_err(maps::STATS_SLOT))?;
-    let old = slot.get(&0, 0).map_err(map_err(maps::STATS_SLOT))? as usize % 2;
-    slot.set(0, (old as u32) ^ 1, 0)
+    // A count, not a flag: the programs' "already recorded" caches hold
+    // for one interval (its parity picks the map).
+    let interval = slot.get(&0, 0).map_err(map_err(maps::STATS_SLOT))?;
+    slot.set(0, interval.wrapping_add(1), 0)
         .map_err(map_err(maps::STATS_SLOT))?;
+    let old = interval as usize % 2;
     rcu_grace_period();
     let name = maps::LOCK_STATS[old];
     let mut taken = Taken::default();

@@ -35,8 +35,8 @@ fn measured(stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
         mode: mode.to_owned(),
         // The tracepoints see contended acquisitions only, and no release.
         acquisitions: hooked.then_some(stats.acquisitions),
-        contentions: stats.contentions,
-        spin_only: stats.spin_only,
+        contentions: stats.contended(hooked),
+        spin_only: stats.spin_only(hooked),
         dropped: hooked.then_some(stats.dropped),
         wait: Timing::from_hist(&stats.wait),
         hold: if hooked {

@@ -22,7 +22,7 @@ pub fn merge(into: &mut Histogram, from: &Histogram) {
 pub fn merge_stats(into: &mut LockStats, from: &LockStats) {
     into.acquisitions += from.acquisitions;
     into.contentions += from.contentions;
-    into.spin_only += from.spin_only;
+    into.slept += from.slept;
     into.dropped += from.dropped;
     merge(&mut into.wait, &from.wait);
     merge(&mut into.hold, &from.hold);

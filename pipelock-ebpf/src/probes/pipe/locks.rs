@@ -14,7 +14,9 @@ use pipelock_common::{
 use super::calls::{PIPE_PENDING, adopt_pipe, current_state, which_lock};
 use crate::{
     maps::{LOCK_INFO, bump, config, record, record_part, stack_id, stats_of},
-    probes::holder::{mutex_owner, name_task, owners_wanted, record_owner, record_split, unwatch, watch},
+    probes::holder::{
+        mutex_owner, name_task, owner_split, owners_wanted, record_owner, record_split, unwatch, watch,
+    },
 };
 
 pub(super) const CLASSES: [u32; COUNT] = [class::PIPE_MUTEX, class::PIPE_RD_WAIT, class::PIPE_WR_WAIT];
@@ -80,39 +82,46 @@ fn watch_hold(state: &mut TaskPipe, pipe: usize, at: u64) {
     }
 }
 
-/// A contended mutex acquisition of the call's pipe `pipe`: who owns the
-/// mutex, and (from now) what it is doing. Read again at a later begin of
-/// the same wait if the first found the mutex between two owners.
+/// A begin (`flags`) of a contended mutex acquisition of the call's pipe
+/// `pipe`: who owns the mutex (read again at a later begin if the first
+/// found it between two owners), and, from the first begin that sleeps,
+/// what the owner is doing (see `probes::holder`).
 #[inline(always)]
-pub(super) fn mutex_contended(state: &mut TaskPipe, pipe: usize, lock: u64) {
+pub(super) fn mutex_contended(state: &mut TaskPipe, pipe: usize, lock: u64, flags: u32) {
     let cfg = config();
-    if pipe >= PIPES || state.owner_tid[pipe] != 0 || !owners_wanted(cfg) {
+    if pipe >= PIPES || !owners_wanted(cfg) {
         return;
     }
-    let Some((task, tid)) = mutex_owner(cfg, lock) else {
-        return;
-    };
-    state.owner_tid[pipe] = tid;
-    if state.named_owner != tid {
-        name_task(cfg, task, tid);
-        state.named_owner = tid;
-    }
-    if let Some(clock) = watch(cfg, task, now()) {
+    if state.owner_tid[pipe] == 0 {
+        let Some((task, tid)) = mutex_owner(cfg, lock) else {
+            return;
+        };
+        state.owner_tid[pipe] = tid;
         state.owner_task[pipe] = task;
+        name_task(cfg, task, tid);
+    }
+    if flags & LCB_F_SPIN == 0
+        && state.owner_watched & (1 << pipe) == 0
+        && let Some(clock) = watch(cfg, state.owner_task[pipe], now())
+    {
         state.holder_at_start[pipe] = clock;
+        state.owner_watched |= 1 << pipe;
     }
 }
 
-/// A wait that did not end where it is seen ending stops watching its owner.
+/// Pipe `pipe`'s mutex wait is over (or will never be seen ending): its
+/// owner is forgotten, and no longer watched if it was.
 #[inline(always)]
 fn forget_owner(state: &mut TaskPipe, pipe: usize) {
-    if pipe < PIPES && state.owner_task[pipe] != 0 {
+    if pipe >= PIPES {
+        return;
+    }
+    if state.owner_watched & (1 << pipe) != 0 {
         let _ = unwatch(state.owner_task[pipe], &state.holder_at_start[pipe], 0);
     }
-    if pipe < PIPES {
-        state.owner_task[pipe] = 0;
-        state.owner_tid[pipe] = 0;
-    }
+    state.owner_watched &= !(1 << pipe);
+    state.owner_task[pipe] = 0;
+    state.owner_tid[pipe] = 0;
 }
 
 /// A contended mutex acquisition ends: the hold starts now.
@@ -147,15 +156,16 @@ pub(super) fn mutex_contention_end(lock: u64) {
         }
     }
     if pipe < PIPES && owners_wanted(config()) {
-        let split = match state.owner_task[pipe] {
-            0 => None,
-            task => unwatch(task, &state.holder_at_start[pipe], at),
-        };
+        let watched = (state.owner_watched & (1 << pipe) != 0)
+            .then_some((state.owner_task[pipe], &state.holder_at_start[pipe]));
+        let spun_behind_owner = state.flags_and[index] & LCB_F_SPIN != 0 && state.owner_tid[pipe] != 0;
+        let split = owner_split(watched, spun_behind_owner, wait_ns, at);
         let key = LockKey {
             lock,
             owner: state.ino[pipe],
         };
         record_owner(key, state.owner_tid[pipe], wait_ns, split);
+        state.owner_watched &= !(1 << pipe);
         state.owner_task[pipe] = 0;
         state.owner_tid[pipe] = 0;
     }
@@ -288,8 +298,8 @@ pub(super) fn released(lock: u64) {
     stats.last_holder = state.owner & 0xffff_ffff;
     if contended {
         bump(&mut stats.contentions, 1);
-        if state.flags_and[index] & LCB_F_SPIN != 0 {
-            bump(&mut stats.spin_only, 1);
+        if state.flags_and[index] & LCB_F_SPIN == 0 {
+            bump(&mut stats.slept, 1);
         }
     }
     let at = now();

@@ -131,7 +131,7 @@ pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
         state.contended[index] = 1;
         state.flags_and[index] &= flags;
         if index % COUNT == pipe_lock::MUTEX {
-            mutex_contended(state, index / COUNT, lock);
+            mutex_contended(state, index / COUNT, lock, flags);
         }
     }
     0
