@@ -4,7 +4,7 @@ use pipelock_common::TraceConfig;
 
 use crate::{
     maps::read,
-    typed::{Typed, address_of},
+    typed::{Typed, with_address},
 };
 
 /// Whether a `tp_btf` program runs in task context: its arguments (`ctx`)
@@ -15,15 +15,14 @@ use crate::{
 /// without this check its lock events would count as that task's.
 #[inline(always)]
 pub(crate) fn on_task_stack<C>(cfg: &TraceConfig, ctx: *const C) -> bool {
-    // Unknown (no scratch word, no stack): count it as the task's, as
+    // Unknown (no stack, no scratch word): count it as the task's, as
     // before the check existed.
-    let Some(ctx_address) = address_of(ctx) else {
-        return true;
-    };
-    match Typed::current_task().word(cfg.task_stack) {
-        0 => true,
-        stack => ctx_address.wrapping_sub(stack) < cfg.thread_size as u64,
-    }
+    let stack = Typed::current_task().word(cfg.task_stack);
+    stack == 0
+        || with_address(ctx, |ctx_address| {
+            ctx_address.wrapping_sub(stack) < cfg.thread_size as u64
+        })
+        .unwrap_or(true)
 }
 
 /// The current process's command name (its thread group leader's): an

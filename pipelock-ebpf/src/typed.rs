@@ -68,23 +68,27 @@ impl Typed {
     }
 }
 
-/// One word per CPU that turns a pointer into a number (see [`address_of`]).
+/// One word per CPU that turns a pointer into a number (see [`with_address`]).
 #[map]
 static AS_NUMBER: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// The address `pointer` holds, as a number the verifier lets a program
-/// compute with. It refuses arithmetic with an unknown number on a context
-/// pointer, but a pointer stored in a map value reads back as a plain
-/// number (storing one needs CAP_PERFMON, which loading these programs
-/// needs anyway). A store and a load, where a probe read cost ~10-30 ns.
+/// `compute` of the address `pointer` holds, as a number the verifier lets
+/// a program compute with. It refuses arithmetic with an unknown number on
+/// a context pointer, but a pointer stored in a map value reads back as a
+/// plain number (storing one needs CAP_PERFMON, which loading these
+/// programs needs anyway). A store and two loads, where a probe read of
+/// the pointer cost ~10-30 ns.
 ///
 /// An interrupt's lock event on this CPU runs its program between the
 /// store and the load now and then (the self-test caught 1 in ~3 million
-/// syscalls judged by an interrupt's stack): the number read back is
-/// compared with the pointer (an equality test the verifier allows
-/// privileged programs) and the store is made again if another's landed.
+/// syscalls judged by an interrupt's stack). Only this program stores this
+/// pointer, so if the word still holds it after `compute`, nothing else
+/// was stored meanwhile; otherwise it is all done again. (That check is a
+/// second load compared with the pointer, an equality test the verifier
+/// allows privileged programs: compared with the number `compute` used,
+/// the compiler would know the two equal and hand `compute` the pointer.)
 #[inline(always)]
-pub(crate) fn address_of<T>(pointer: *const T) -> Option<u64> {
+pub(crate) fn with_address<T, R>(pointer: *const T, compute: impl Fn(u64) -> R) -> Option<R> {
     let scratch = AS_NUMBER.get_ptr_mut(0)?;
     for _ in 0..2 {
         // SAFETY: this CPU's word; the check below catches another
@@ -93,8 +97,10 @@ pub(crate) fn address_of<T>(pointer: *const T) -> Option<u64> {
             core::ptr::write_volatile(scratch.cast::<*const T>(), pointer);
             core::ptr::read_volatile(scratch)
         };
-        if number == pointer as u64 {
-            return Some(number);
+        let result = compute(number);
+        // SAFETY: as above.
+        if unsafe { core::ptr::read_volatile(scratch) } == pointer as u64 {
+            return Some(result);
         }
     }
     None

@@ -148,7 +148,16 @@ pub fn run(duration: Duration, ebpf_log: bool) -> Result<SelfTestReport, Error> 
 
     // tp_btf only: a classic tracepoint's context is its trace record.
     let interrupt_check = match (&program, &config) {
-        (TracepointKind::TpBtf, Ok(_)) => attach_interrupt_check(&mut ebpf),
+        // Tracepoint mode's own programs hold the same check: one the
+        // kernel refuses is a failure, not a skip.
+        (TracepointKind::TpBtf, Ok(_)) => match attach_interrupt_check(&mut ebpf) {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                return Err(Error::SelfTest {
+                    reason: format!("the interrupt-context check does not load on this kernel: {why}"),
+                });
+            }
+        },
         (TracepointKind::TpBtf, Err(err)) => Err(format!("no kernel offsets: {}", one_line(err))),
         (TracepointKind::Classic, _) => Err("the classic tracepoint's context is not on a stack".to_owned()),
     };
