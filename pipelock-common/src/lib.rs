@@ -191,8 +191,6 @@ pub const RECORDED: usize = 4;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LockStats {
-    /// Every acquisition (fentry/kprobe mode only; 0 in tracepoint mode).
-    pub acquisitions: u64,
     /// Acquisitions that went to the slow path (a `contention_begin` was
     /// seen), counted by the hooked modes. Tracepoint mode leaves it 0: all
     /// it records are contended waits, so the wait histogram's count is
@@ -219,7 +217,6 @@ pub struct LockStats {
 
 impl LockStats {
     pub const EMPTY: Self = Self {
-        acquisitions: 0,
         contentions: 0,
         slept: 0,
         dropped: 0,
@@ -227,6 +224,14 @@ impl LockStats {
         wait: Histogram::EMPTY,
         hold: Histogram::EMPTY,
     };
+
+    /// Every acquisition, in the hooked modes: each is recorded with its
+    /// wait (~0 when uncontended), so the wait histogram counts them and
+    /// the programs need no counter of their own. None in tracepoint mode,
+    /// which sees contended acquisitions only.
+    pub fn acquisitions(&self, hooked: bool) -> Option<u64> {
+        hooked.then_some(self.wait.count)
+    }
 
     /// Contended acquisitions: counted in the hooked modes, and in
     /// tracepoint mode the waits it recorded (each is one). The wait's
@@ -473,6 +478,41 @@ mod user {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn waits(buckets: &[(usize, u64)]) -> Histogram {
+        let mut hist = Histogram::EMPTY;
+        for &(bucket, n) in buckets {
+            hist.buckets[bucket] = n;
+        }
+        hist.count_buckets();
+        hist
+    }
+
+    #[test]
+    fn tracepoint_mode_contentions_are_its_waits() {
+        let stats = LockStats {
+            slept: 2,
+            wait: waits(&[(10, 5), (20, 3)]),
+            ..LockStats::EMPTY
+        };
+        assert_eq!(stats.contended(false), 8);
+        assert_eq!(stats.spin_only(false), 6);
+    }
+
+    #[test]
+    fn hooked_modes_count_contentions_apart_from_their_waits() {
+        // Every acquisition has a wait there, contended or not.
+        let stats = LockStats {
+            contentions: 7,
+            slept: 1,
+            wait: waits(&[(3, 93), (12, 7)]),
+            ..LockStats::EMPTY
+        };
+        assert_eq!(stats.acquisitions(true), Some(100));
+        assert_eq!(stats.acquisitions(false), None);
+        assert_eq!(stats.contended(true), 7);
+        assert_eq!(stats.spin_only(true), 6);
+    }
 
     #[test]
     fn buckets_are_bit_lengths() {

@@ -12,6 +12,43 @@ pub mod holder {
     /// Sleeping with the lock held (a page fault, reclaim, I/O).
     pub const SLEEPING: usize = 2;
     pub const STATES: usize = 3;
+
+    /// A mutex owner's states over a contended wait of `ns`, of which the
+    /// owner was watched (`since_sleep`, all 0 if never) only from the
+    /// waiter's first sleep on: before it the waiter spun, which the kernel
+    /// does only while the owner runs (`mutex_spin_on_owner` stops when
+    /// `owner_on_cpu` fails), so the rest of the wait is time on a CPU.
+    #[inline(always)]
+    pub fn with_spin(mut since_sleep: [u64; STATES], ns: u64) -> [u64; STATES] {
+        let watched = since_sleep
+            .iter()
+            .fold(0u64, |sum, part| sum.saturating_add(*part));
+        since_sleep[ON_CPU] = since_sleep[ON_CPU].saturating_add(ns.saturating_sub(watched));
+        since_sleep
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_wait_that_only_spun_is_the_owners_time_on_a_cpu() {
+            assert_eq!(with_spin([0; STATES], 700), [700, 0, 0]);
+        }
+
+        #[test]
+        fn the_spin_before_a_sleep_is_added_to_the_watched_clock() {
+            // 50 ms asleep behind a sleeping owner, after 2 us of spinning.
+            assert_eq!(with_spin([0, 0, 50_000_000], 50_002_000), [2_000, 0, 50_000_000]);
+            assert_eq!(with_spin([10, 20, 30], 100), [50, 20, 30]);
+        }
+
+        #[test]
+        fn a_clock_read_past_the_wait_adds_nothing() {
+            // The clock's parts are read without a lock: they may sum past the wait.
+            assert_eq!(with_spin([80, 40, 0], 100), [80, 40, 0]);
+        }
+    }
 }
 
 /// A watched lock owner's time in each [`holder`] state, kept by the

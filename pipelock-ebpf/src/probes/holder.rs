@@ -14,12 +14,12 @@
 //! owner is on a CPU (`owner_on_cpu`, which also asks whether the owner's
 //! vCPU was preempted); it emits `contention_begin(LCB_F_MUTEX)` when it
 //! queues to sleep. So a wait that only spun is the owner's time on a CPU
-//! by the kernel's own rule, and costs no watching ([`with_spin`]): on a
+//! by the kernel's own rule, and costs no watching (`holder::with_spin`): on a
 //! herd of pipe writers nearly every mutex wait is one.
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::btf_tracepoint, programs::BtfTracePointContext};
 use pipelock_common::{
     Drop, HolderClock, LockKey, TaskName, TraceConfig, detail,
-    holder::{self, STATES},
+    holder::{self, STATES, with_spin},
 };
 
 use crate::maps::{
@@ -125,19 +125,6 @@ pub(crate) fn unwatch(task: u64, start: &[u64; STATES], now: u64) -> Option<[u64
         since[state] = times[state].saturating_sub(start[state]);
     }
     Some(since)
-}
-
-/// The owner's states over a wait of `ns`: `since_sleep` is what the
-/// watched owner did from the waiter's first sleep on (all 0 if it never
-/// slept); the rest of the wait the waiter spun, which the kernel does
-/// only while the owner runs (see the module's notes).
-#[inline(always)]
-pub(crate) fn with_spin(mut since_sleep: [u64; STATES], ns: u64) -> [u64; STATES] {
-    let watched = since_sleep
-        .iter()
-        .fold(0u64, |sum, part| sum.saturating_add(*part));
-    since_sleep[holder::ON_CPU] += ns.saturating_sub(watched);
-    since_sleep
 }
 
 /// The split of a contended mutex wait of `ns` as it ends at `now`: the

@@ -89,7 +89,7 @@ fn leave() {
     };
     // SAFETY: a live map value; every update of it is atomic.
     unsafe {
-        bump(&mut (*stats).acquisitions, 1);
+        // The acquisition is its wait's record (`LockStats::acquisitions`).
         if done.fell_back != 0 {
             bump(&mut (*stats).contentions, 1);
         }

@@ -34,7 +34,7 @@ fn measured(stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
         comms: Vec::new(),
         mode: mode.to_owned(),
         // The tracepoints see contended acquisitions only, and no release.
-        acquisitions: hooked.then_some(stats.acquisitions),
+        acquisitions: stats.acquisitions(hooked),
         contentions: stats.contended(hooked),
         spin_only: stats.spin_only(hooked),
         dropped: hooked.then_some(stats.dropped),

@@ -20,7 +20,6 @@ pub fn merge(into: &mut Histogram, from: &Histogram) {
 
 /// Adds one CPU's (or one interval's) statistics of a lock to another's.
 pub fn merge_stats(into: &mut LockStats, from: &LockStats) {
-    into.acquisitions += from.acquisitions;
     into.contentions += from.contentions;
     into.slept += from.slept;
     into.dropped += from.dropped;

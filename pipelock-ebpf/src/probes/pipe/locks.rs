@@ -288,9 +288,9 @@ pub(super) fn released(lock: u64) {
         bump(&mut stats.dropped, 1);
         return;
     }
-    // The acquisition is counted with its release: one lookup of the
-    // statistics per lock/unlock pair instead of two.
-    bump(&mut stats.acquisitions, 1);
+    // The acquisition is recorded with its release, one lookup of the
+    // statistics per lock/unlock pair instead of two, and counted by its
+    // wait's record (`LockStats::acquisitions`).
     let contended = state.contended[index] != 0;
     // A spinlock's contended acquirer waited for whoever released it last
     // (a plain store: a race can name the other of two releasers).
