@@ -119,9 +119,17 @@ fn forget_owner(state: &mut TaskPipe, pipe: usize) {
     if state.owner_watched & (1 << pipe) != 0 {
         let _ = unwatch(state.owner_task[pipe], &state.holder_at_start[pipe], 0);
     }
-    state.owner_watched &= !(1 << pipe);
-    state.owner_task[pipe] = 0;
-    state.owner_tid[pipe] = 0;
+    clear_owner(state, pipe);
+}
+
+/// No owner known for pipe `pipe`'s mutex wait, and none watched.
+#[inline(always)]
+fn clear_owner(state: &mut TaskPipe, pipe: usize) {
+    if pipe < PIPES {
+        state.owner_watched &= !(1 << pipe);
+        state.owner_task[pipe] = 0;
+        state.owner_tid[pipe] = 0;
+    }
 }
 
 /// A contended mutex acquisition ends: the hold starts now.
@@ -165,9 +173,7 @@ pub(super) fn mutex_contention_end(lock: u64) {
             owner: state.ino[pipe],
         };
         record_owner(key, state.owner_tid[pipe], wait_ns, split);
-        state.owner_watched &= !(1 << pipe);
-        state.owner_task[pipe] = 0;
-        state.owner_tid[pipe] = 0;
+        clear_owner(state, pipe);
     }
 }
 
