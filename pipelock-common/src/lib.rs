@@ -8,9 +8,11 @@
 mod drops;
 pub mod maps;
 pub mod programs;
+mod stats;
 mod why;
 
 pub use drops::Drop;
+pub use stats::{HIST_BUCKETS, Histogram, LockStats, hist_bucket};
 pub use why::{DetailKey, DetailStats, HolderClock, NO_STACK, STACK_FRAMES, TaskName, detail, holder};
 
 /// Values of `TASK_FILTER` (bits), and of `TraceConfig::filter_tasks`.
@@ -187,65 +189,6 @@ pub struct TaskWaits {
 /// Locks a thread remembers recording per interval ([`TaskWaits::recorded`]).
 pub const RECORDED: usize = 4;
 
-/// Per-lock statistics (one value for all CPUs, updated with atomic adds).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LockStats {
-    /// Acquisitions that went to the slow path (a `contention_begin` was
-    /// seen), counted by the hooked modes. Tracepoint mode leaves it 0: all
-    /// it records are contended waits, so the wait histogram's count is
-    /// this, and an atomic add per event is saved ([`LockStats::contended`]).
-    pub contentions: u64,
-    /// Of those, the ones that went to sleep (a begin without
-    /// `LCB_F_SPIN`). The exception is counted, not the rule: a spinlock
-    /// never sleeps and most pipe-mutex waits only spin, so this add is
-    /// rarely made; "spin only" is the rest ([`LockStats::spin_only`]).
-    pub slept: u64,
-    /// Events on this lock that were seen but could not be timed (a release
-    /// or end without its acquisition, a hold still open when its call returned).
-    pub dropped: u64,
-    /// Lock call to acquisition, in ns: every acquisition in fentry/kprobe
-    /// mode, contended ones (begin → end) in tracepoint mode.
-    pub wait: Histogram,
-    /// Acquisition to release, in ns (fentry/kprobe mode only).
-    pub hold: Histogram,
-    /// Hooked modes: the thread that released the lock last. A spinlock
-    /// has no owner field; its contended acquirer waited for this thread.
-    /// Not a figure: userspace neither sums nor shows it.
-    pub last_holder: u64,
-}
-
-impl LockStats {
-    pub const EMPTY: Self = Self {
-        contentions: 0,
-        slept: 0,
-        dropped: 0,
-        last_holder: 0,
-        wait: Histogram::EMPTY,
-        hold: Histogram::EMPTY,
-    };
-
-    /// Every acquisition, in the hooked modes: each is recorded with its
-    /// wait (~0 when uncontended), so the wait histogram counts them and
-    /// the programs need no counter of their own. None in tracepoint mode,
-    /// which sees contended acquisitions only.
-    pub fn acquisitions(&self, hooked: bool) -> Option<u64> {
-        hooked.then_some(self.wait.count)
-    }
-
-    /// Contended acquisitions: counted in the hooked modes, and in
-    /// tracepoint mode the waits it recorded (each is one). The wait's
-    /// `count` must have been taken from its buckets.
-    pub fn contended(&self, hooked: bool) -> u64 {
-        if hooked { self.contentions } else { self.wait.count }
-    }
-
-    /// Contended acquisitions that only spun.
-    pub fn spin_only(&self, hooked: bool) -> u64 {
-        self.contended(hooked).saturating_sub(self.slept)
-    }
-}
-
 /// Index of a pipe's locks in [`TaskPipe`]'s arrays: lock `l` of the call's
 /// pipe `p` (0 or 1: `splice` and `tee` between two pipes hold both) is at
 /// `p * COUNT + l`.
@@ -395,66 +338,6 @@ pub struct LockUser {
 /// The tracepoint the self-test counts: category and name as tracefs spells them.
 pub const CONTENTION_BEGIN_TRACEPOINT: (&str, &str) = ("lock", "contention_begin");
 
-/// Number of log2 buckets in a [`Histogram`]: bucket `i` holds values in
-/// `[2^(i-1), 2^i)` nanoseconds (bucket 0 holds 0), so 64 buckets cover every `u64`.
-pub const HIST_BUCKETS: usize = 64;
-
-/// Log2 histogram bucket of a duration in nanoseconds.
-///
-/// Bucket 0 holds 0 ns, bucket `i >= 1` holds `[2^(i-1), 2^i)`; the last bucket
-/// also takes everything above its lower bound.
-#[inline(always)]
-pub const fn hist_bucket(value_ns: u64) -> usize {
-    // `64 - leading_zeros` is the bit length, which is exactly the bucket index.
-    let bucket = (u64::BITS - value_ns.leading_zeros()) as usize;
-    if bucket >= HIST_BUCKETS {
-        HIST_BUCKETS - 1
-    } else {
-        bucket
-    }
-}
-
-/// Aggregated timings of one kind (wait or hold) of one lock.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Histogram {
-    /// Number of recorded durations. The programs leave it 0: userspace
-    /// sets it to the sum of the buckets when it reads a map
-    /// ([`Histogram::count_buckets`]).
-    pub count: u64,
-    /// Sum of recorded durations, in nanoseconds.
-    pub total_ns: u64,
-    /// Longest recorded duration, in nanoseconds.
-    pub max_ns: u64,
-    /// Per-bucket counts; see [`hist_bucket`].
-    pub buckets: [u64; HIST_BUCKETS],
-}
-
-impl Histogram {
-    /// `count` from the buckets (each recorded duration is in exactly one).
-    pub fn count_buckets(&mut self) {
-        self.count = self.buckets.iter().sum();
-    }
-
-    pub const EMPTY: Self = Self {
-        count: 0,
-        total_ns: 0,
-        max_ns: 0,
-        buckets: [0; HIST_BUCKETS],
-    };
-
-    /// Records one duration (not atomic: for per-CPU values or userspace merges).
-    #[inline(always)]
-    pub fn record(&mut self, value_ns: u64) {
-        self.count += 1;
-        self.total_ns += value_ns;
-        if value_ns > self.max_ns {
-            self.max_ns = value_ns;
-        }
-        self.buckets[hist_bucket(value_ns)] += 1;
-    }
-}
-
 #[cfg(feature = "user")]
 mod user {
     // SAFETY (all): `#[repr(C)]`, integer fields only, explicit padding
@@ -473,71 +356,4 @@ mod user {
     unsafe impl aya::Pod for super::DetailKey {}
     unsafe impl aya::Pod for super::DetailStats {}
     unsafe impl aya::Pod for super::TaskName {}
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn waits(buckets: &[(usize, u64)]) -> Histogram {
-        let mut hist = Histogram::EMPTY;
-        for &(bucket, n) in buckets {
-            hist.buckets[bucket] = n;
-        }
-        hist.count_buckets();
-        hist
-    }
-
-    #[test]
-    fn tracepoint_mode_contentions_are_its_waits() {
-        let stats = LockStats {
-            slept: 2,
-            wait: waits(&[(10, 5), (20, 3)]),
-            ..LockStats::EMPTY
-        };
-        assert_eq!(stats.contended(false), 8);
-        assert_eq!(stats.spin_only(false), 6);
-    }
-
-    #[test]
-    fn hooked_modes_count_contentions_apart_from_their_waits() {
-        // Every acquisition has a wait there, contended or not.
-        let stats = LockStats {
-            contentions: 7,
-            slept: 1,
-            wait: waits(&[(3, 93), (12, 7)]),
-            ..LockStats::EMPTY
-        };
-        assert_eq!(stats.acquisitions(true), Some(100));
-        assert_eq!(stats.acquisitions(false), None);
-        assert_eq!(stats.contended(true), 7);
-        assert_eq!(stats.spin_only(true), 6);
-    }
-
-    #[test]
-    fn buckets_are_bit_lengths() {
-        assert_eq!(hist_bucket(0), 0);
-        assert_eq!(hist_bucket(1), 1);
-        assert_eq!(hist_bucket(2), 2);
-        assert_eq!(hist_bucket(3), 2);
-        assert_eq!(hist_bucket(4), 3);
-        assert_eq!(hist_bucket(1023), 10);
-        assert_eq!(hist_bucket(1024), 11);
-        assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
-    }
-
-    #[test]
-    fn record_tracks_count_total_max_and_bucket() {
-        let mut h = Histogram::EMPTY;
-        for v in [0, 5, 5, 1000] {
-            h.record(v);
-        }
-        assert_eq!(h.count, 4);
-        assert_eq!(h.total_ns, 1010);
-        assert_eq!(h.max_ns, 1000);
-        assert_eq!(h.buckets[0], 1);
-        assert_eq!(h.buckets[3], 2);
-        assert_eq!(h.buckets[10], 1);
-        assert_eq!(h.buckets.iter().sum::<u64>(), h.count);
-    }
 }

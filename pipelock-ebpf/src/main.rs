@@ -15,6 +15,7 @@ mod files;
 mod maps;
 mod probes;
 mod recognise;
+mod recorded;
 mod task;
 mod typed;
 

@@ -132,30 +132,6 @@ pub(crate) static TASK_FILTER: HashMap<u32, u32> = HashMap::with_max_entries(163
 #[map]
 pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Drop::COUNT, 0);
 
-/// The lock this CPU last named in `LOCK_INFO` and the (lock, process) it
-/// last recorded in `LOCK_USERS`: a contended lock comes back to the same
-/// CPU event after event, and a per-CPU array read (inlined by the
-/// verifier) is much cheaper than the hash lookups that would find it
-/// already recorded. Only a cache: a stale entry costs a lookup.
-///
-/// Also the owners this CPU named in `TASK_NAMES` in this interval, at
-/// `tid % RECENT_OWNERS` (see [`first_naming`]).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct Recent {
-    named: LockKey,
-    user: LockKey,
-    user_tgid: u32,
-    _pad: u32,
-    owners: [u64; RECENT_OWNERS],
-}
-
-/// Owners one CPU remembers naming: a 64-process herd's, without collisions.
-const RECENT_OWNERS: usize = 64;
-
-#[map]
-static RECENT: PerCpuArray<Recent> = PerCpuArray::with_max_entries(1, 0);
-
 /// Per-thread pipe-call state, thread `tid` at slot `tid % TASK_SLOTS`
 /// (kept between calls, `pipe` 0 while outside one). An array, not a hash
 /// map keyed by thread id: every mutex and spinlock hook of the system
@@ -182,28 +158,6 @@ pub(crate) static TASK_LOCKREF: LruHashMap<u32, TaskLockref> = LruHashMap::with_
 #[inline(always)]
 pub(crate) fn interval() -> u32 {
     STATS_SLOT.get(0).copied().unwrap_or(0)
-}
-
-/// Whether thread `tid` is not yet named from this CPU in this interval;
-/// from now on it counts as named (the caller names it). Owners change at
-/// nearly every contended wait of a herd, and this per-CPU slot saves the
-/// `TASK_NAMES` lookup that would find the name there.
-#[inline(always)]
-pub(crate) fn first_naming(tid: u32) -> bool {
-    let Some(recent) = RECENT.get_ptr_mut(0) else {
-        return true;
-    };
-    let tag = (interval() as u64) << 32 | tid as u64;
-    // SAFETY: this CPU's slot; a racing program on this CPU can only make
-    // a name be looked up twice.
-    let Some(seen) = (unsafe { (*recent).owners.get_mut(tid as usize % RECENT_OWNERS) }) else {
-        return true;
-    };
-    if *seen == tag {
-        return false;
-    }
-    *seen = tag;
-    true
 }
 
 /// The configuration, read in place: a copy would take a third of the
@@ -457,55 +411,5 @@ pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
     }
     if let Some(slot) = hist.buckets.get_mut(hist_bucket(ns)) {
         bump(slot, 1);
-    }
-}
-
-/// Names a lock in `LOCK_INFO` unless it is named already (`info` makes
-/// the name only when it is not).
-#[inline(always)]
-pub(crate) fn name_lock(key: &LockKey, info: impl FnOnce() -> LockInfo) {
-    let recent = RECENT.get_ptr_mut(0);
-    // SAFETY: this CPU's slot; a racing program on this CPU can only make
-    // the cache miss.
-    if let Some(recent) = recent
-        && unsafe { (*recent).named } == *key
-    {
-        return;
-    }
-    // SAFETY: a lookup only. (A refused insert into an LRU map still takes
-    // a node off its free list and puts it back: look first.)
-    if unsafe { LOCK_INFO.get(key) }.is_none() {
-        let _ = LOCK_INFO.insert(key, &info(), BPF_NOEXIST as u64);
-    }
-    if let Some(recent) = recent {
-        // SAFETY: as above.
-        unsafe { (*recent).named = *key };
-    }
-}
-
-/// Records the process on a lock once (it shows in the report's processes).
-#[inline(always)]
-pub(crate) fn note_user(key: LockKey, tgid: u32) {
-    let recent = RECENT.get_ptr_mut(0);
-    // SAFETY: this CPU's slot (see `name_lock`).
-    if let Some(recent) = recent
-        && unsafe { (*recent).user == key && (*recent).user_tgid == tgid }
-    {
-        return;
-    }
-    if let Some(recent) = recent {
-        // SAFETY: as above.
-        unsafe {
-            (*recent).user = key;
-            (*recent).user_tgid = tgid;
-        }
-    }
-    let user = LockUser { key, tgid, _pad: 0 };
-    // SAFETY: a lookup; the comm is only fetched for a process not seen yet.
-    if unsafe { LOCK_USERS.get(user) }.is_none() {
-        let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-        if LOCK_USERS.insert(user, comm, BPF_NOEXIST as u64).is_err() {
-            count_drop(Drop::UsersFull);
-        }
     }
 }

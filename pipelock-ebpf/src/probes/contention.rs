@@ -25,10 +25,11 @@ use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_o
 use crate::{
     files::{file_of_fd, pipe_of_file},
     maps::{
-        TASK_WAITS, bump, config, count_drop, interval, name_current, name_lock, note_user, record,
-        record_part, stack_id, stats_of, wanted,
+        TASK_WAITS, bump, config, count_drop, interval, name_current, record, record_part, stack_id,
+        stats_of, wanted,
     },
     recognise::recognise,
+    recorded::{name_lock, note_user},
     task::on_task_stack,
     typed::Typed,
 };

@@ -22,9 +22,8 @@ use pipelock_common::{
     holder::{self, STATES, with_spin},
 };
 
-use crate::maps::{
-    TASK_NAMES, WATCHED, WATCHERS, atomic_add, bump, count_drop, first_naming, read, record_part,
-};
+use crate::maps::{TASK_NAMES, WATCHED, WATCHERS, atomic_add, bump, count_drop, read, record_part};
+use crate::recorded::first_naming;
 
 /// Whether waits are split by owner (the pipe-mutex class is traced).
 #[inline(always)]

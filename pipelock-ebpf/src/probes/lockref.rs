@@ -15,8 +15,9 @@ use aya_ebpf::{
 };
 use pipelock_common::{Drop, LockInfo, LockKey, TaskLockref, class};
 
-use crate::maps::{
-    LOCK_INFO, TASK_LOCKREF, bump, config, count_drop, note_user, read, record, stats_of, wanted,
+use crate::{
+    maps::{LOCK_INFO, TASK_LOCKREF, bump, config, count_drop, read, record, stats_of, wanted},
+    recorded::note_user,
 };
 
 #[inline(always)]

@@ -8,7 +8,8 @@ use pipelock_common::{
 
 use crate::{
     files::{file_of_fd, pipe_of_file},
-    maps::{PIPE_FREES, TASK_PIPE, config, count_drop, note_user, pipe_frees, read, wanted},
+    maps::{PIPE_FREES, TASK_PIPE, config, count_drop, pipe_frees, read, wanted},
+    recorded::note_user,
 };
 
 /// `TaskPipe::pipe[0]` inside a read/write whose mutex has not been taken
