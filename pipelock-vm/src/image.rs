@@ -103,7 +103,7 @@ mount -t tmpfs tmp /tmp
 # Loopback: tests reach servers in the guest over 127.0.0.1.
 ifconfig lo 127.0.0.1 up
 export PATH=/bin {env}
-echo "{banner}: $(cat /proc/sys/kernel/osrelease), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
+echo "{banner}: $(cat /proc/sys/kernel/osrelease), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource), preemption $(cat /sys/kernel/debug/sched/preempt 2>/dev/null || echo unknown)"
 {guest}
 echo "{sentinel}$?"
 poweroff -f

@@ -356,6 +356,17 @@ impl Collector for ReportCollector {
             Some(Unit::Seconds),
             &programs(|p| p.run_time_ns as f64 / 1e9),
         )?;
+        counters(
+            &mut encoder,
+            "bpf_recursion_misses",
+            "Runs of pipelock's BPF programs the kernel skipped because a run was already under way on that CPU (fentry, tp_btf: the same program, interrupted or preempted; kprobe: any program): each can lose an event",
+            None,
+            &report
+                .programs
+                .iter()
+                .map(|p| (labels(&[("program", &p.name)]), p.recursion_misses))
+                .collect::<Vec<_>>(),
+        )?;
         if let Some(cpu) = report.tracer_cpu_s {
             counters(
                 &mut encoder,

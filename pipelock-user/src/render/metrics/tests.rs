@@ -157,3 +157,26 @@ fn prometheus_text_declares_counters_by_their_sample_name() {
          pipelock_map_memory_bytes{map=\"A\"} 5\n"
     );
 }
+
+/// Each program's skipped runs are their own series, so a user can see
+/// which hook loses events (and the drop table's sum stays as it was).
+#[test]
+fn each_programs_recursion_misses_are_exported() {
+    let mut report = sample();
+    report.programs = ["mutex_lock_entry", "pipe_read_entry"]
+        .iter()
+        .zip([7u64, 0])
+        .map(|(name, misses)| crate::model::ProgramStats {
+            name: (*name).into(),
+            run_count: 10,
+            run_time_ns: 100,
+            recursion_misses: misses,
+        })
+        .collect();
+    let text = openmetrics(exposed(report));
+    assert!(
+        text.contains("pipelock_bpf_recursion_misses_total{program=\"mutex_lock_entry\"} 7")
+            && text.contains("pipelock_bpf_recursion_misses_total{program=\"pipe_read_entry\"} 0"),
+        "{text}"
+    );
+}
