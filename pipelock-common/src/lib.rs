@@ -6,12 +6,14 @@
 #![no_std]
 
 mod drops;
+mod front;
 pub mod maps;
 pub mod programs;
 mod stats;
 mod why;
 
 pub use drops::Drop;
+pub use front::{DetailFront, FRONT_LOCKS, FRONT_PARTS, Front};
 pub use stats::{HIST_BUCKETS, Histogram, LockStats, hist_bucket};
 pub use why::{DetailKey, DetailStats, HolderClock, NO_STACK, STACK_FRAMES, TaskName, detail, holder};
 
@@ -346,6 +348,8 @@ mod user {
     unsafe impl aya::Pod for super::TraceConfig {}
     unsafe impl aya::Pod for super::Pending {}
     unsafe impl aya::Pod for super::LockStats {}
+    unsafe impl aya::Pod for super::Front {}
+    unsafe impl aya::Pod for super::DetailFront {}
     unsafe impl aya::Pod for super::LockInfo {}
     unsafe impl aya::Pod for super::LockUser {}
     unsafe impl aya::Pod for super::LockKey {}

@@ -12,6 +12,7 @@
 )]
 
 mod files;
+mod front;
 mod maps;
 mod probes;
 mod recognise;

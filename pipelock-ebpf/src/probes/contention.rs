@@ -20,13 +20,13 @@ use pipelock_common::{
     class, detail, holder::STATES, known,
 };
 
-use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_owner, unwatch, watch};
+use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_owner_here, unwatch, watch};
 
 use crate::{
     files::{file_of_fd, pipe_of_file},
+    front::{front_stats_of, record_contended_wait, record_here},
     maps::{
-        TASK_WAITS, bump, config, count_drop, interval, name_current, record, record_part, stack_id,
-        stats_of, wanted,
+        TASK_WAITS, bump, config, count_drop, interval, name_current, record, stack_id, stats_of, wanted,
     },
     recognise::recognise,
     recorded::{name_lock, note_user},
@@ -302,7 +302,7 @@ fn on_end(lock: u64) {
     if wait.class == class::PIPE_MUTEX && owners_wanted(cfg) {
         let watched = (wait.watched != 0).then_some((wait.owner_task, &wait.holder_at_start));
         let spun_behind_owner = spin_only && wait.owner_tid != 0;
-        record_owner(
+        record_owner_here(
             key,
             wait.owner_tid,
             ns,
@@ -310,16 +310,25 @@ fn on_end(lock: u64) {
         );
     }
     if cfg.details & (1 << detail::CALLER) != 0 {
-        let _ = record_part(key, detail::CALLER, wait.stack_id, false, true, ns, 0);
+        let _ = record_contended_wait(key, detail::CALLER, wait.stack_id, ns);
     }
     if cfg.details & (1 << detail::TASK) != 0 {
-        let _ = record_part(key, detail::TASK, pid_tgid as u32, false, true, ns, 0);
+        let _ = record_contended_wait(key, detail::TASK, pid_tgid as u32, ns);
+    }
+    // (No `contentions`: the wait histogram counts them.)
+    if wait.class != class::OTHER_IN_PIPE_CALL
+        && let Some(stats) = front_stats_of(&key)
+    {
+        if !spin_only {
+            stats.slept += 1;
+        }
+        record_here(&mut stats.wait, ns);
+        return;
     }
     let Some(stats) = stats_of(&key) else {
         return;
     };
-    // SAFETY: a live map value; every update of it is atomic. (No
-    // `contentions`: the wait histogram counts them.)
+    // SAFETY: a live map value; every update of it is atomic.
     unsafe {
         if !spin_only {
             bump(&mut (*stats).slept, 1);

@@ -18,10 +18,11 @@
 //! herd of pipe writers nearly every mutex wait is one.
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::btf_tracepoint, programs::BtfTracePointContext};
 use pipelock_common::{
-    Drop, HolderClock, LockKey, TaskName, TraceConfig, detail,
+    DetailStats, Drop, HolderClock, LockKey, TaskName, TraceConfig, detail,
     holder::{self, STATES, with_spin},
 };
 
+use crate::front::{Update, add, record_contended_wait};
 use crate::maps::{TASK_NAMES, WATCHED, WATCHERS, atomic_add, bump, count_drop, read, record_part};
 use crate::recorded::first_naming;
 
@@ -163,9 +164,22 @@ pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Op
     } else {
         record_part(lock, kind, id, false, true, ns, 0)
     };
-    let Some(part) = part else {
-        return;
-    };
+    if let Some(part) = part {
+        add_split(part, ns, split, Update::Shared);
+    }
+}
+
+/// Tracepoint mode: [`record_owner`] into this CPU's front where it has room.
+#[inline(always)]
+pub(crate) fn record_owner_here(lock: LockKey, tid: u32, ns: u64, split: Option<[u64; STATES]>) {
+    if let Some((part, how)) = record_contended_wait(lock, detail::OWNER, tid, ns) {
+        add_split(part, ns, split, how);
+    }
+}
+
+/// Adds the watched task's states over `ns` to `part`.
+#[inline(always)]
+fn add_split(part: &mut DetailStats, ns: u64, split: Option<[u64; STATES]>, how: Update) {
     if let Some(split) = split {
         let mut left = ns;
         for state in 0..STATES {
@@ -174,7 +188,7 @@ pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Op
             // A spin-only wait has one share: an atomic add of 0 still
             // takes the shared cache line.
             if share != 0 {
-                bump(&mut part.holder_ns[state], share);
+                add(&mut part.holder_ns[state], share, how);
             }
         }
     }

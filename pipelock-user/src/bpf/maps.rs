@@ -6,9 +6,11 @@ use std::{
 
 use aya::{
     Ebpf,
-    maps::{Array, HashMap as BpfHashMap, Map, MapError, PerCpuArray},
+    maps::{Array, HashMap as BpfHashMap, Map, MapError, PerCpuArray, PerCpuValues},
 };
-use pipelock_common::{DetailKey, DetailStats, Drop, LockInfo, LockKey, LockStats, LockUser, TaskName, maps};
+use pipelock_common::{
+    DetailFront, DetailKey, DetailStats, Drop, Front, LockInfo, LockKey, LockStats, LockUser, TaskName, maps,
+};
 
 use crate::{
     Error,
@@ -54,6 +56,61 @@ fn add_stats(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<(), Error> {
     Ok(())
 }
 
+/// Every CPU's front of one parity (`maps::FRONT`, `maps::DETAIL_FRONT`).
+fn fronts<T: aya::Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<T>, Error> {
+    let fronts: PerCpuArray<_, T> = PerCpuArray::try_from(map(ebpf, name)?).map_err(map_err(name))?;
+    Ok(fronts
+        .get(&0, 0)
+        .map_err(map_err(name))?
+        .iter()
+        .copied()
+        .collect())
+}
+
+/// Adds every CPU's lock front of one parity to `into`; true if any held a lock.
+fn add_fronts(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<bool, Error> {
+    let mut held = false;
+    for front in fronts::<Front>(ebpf, name)? {
+        for (key, stats) in front.entries() {
+            held = true;
+            let mut stats = *stats;
+            stats.wait.count_buckets();
+            stats.hold.count_buckets();
+            merge_stats(
+                into.entry(*key).or_insert_with(|| Box::new(LockStats::EMPTY)),
+                &stats,
+            );
+        }
+    }
+    Ok(held)
+}
+
+/// Adds every CPU's part front of one parity to `into`; true if any held a part.
+fn add_detail_fronts(ebpf: &Ebpf, name: &str, into: &mut Details) -> Result<bool, Error> {
+    let mut held = false;
+    for front in fronts::<DetailFront>(ebpf, name)? {
+        for (key, stats) in front.entries() {
+            held = true;
+            merge_detail(into.entry(*key).or_default(), stats);
+        }
+    }
+    Ok(held)
+}
+
+/// Empties every CPU's front of one parity for the interval that uses it next.
+fn empty_fronts<T: aya::Pod>(ebpf: &mut Ebpf, name: &str, empty: T) -> Result<(), Error> {
+    let cpus = aya::util::nr_cpus().map_err(|(_, source)| Error::Io {
+        what: "counting the possible CPUs",
+        source,
+    })?;
+    let zeros = PerCpuValues::try_from(vec![empty; cpus]).map_err(|source| Error::Io {
+        what: "emptying a per-CPU front",
+        source,
+    })?;
+    let mut fronts: PerCpuArray<_, T> = PerCpuArray::try_from(map_mut(ebpf, name)?).map_err(map_err(name))?;
+    fronts.set(0, zeros, 0).map_err(map_err(name))
+}
+
 /// Adds one breakdown map's entries to `into`.
 fn add_details(ebpf: &Ebpf, name: &str, into: &mut Details) -> Result<(), Error> {
     let details: BpfHashMap<_, DetailKey, DetailStats> =
@@ -72,11 +129,17 @@ pub struct Taken {
     pub details: Details,
 }
 
-/// Every traced lock's statistics not drained yet (both maps).
+/// Every traced lock's statistics not drained yet (both maps, all fronts).
 pub fn read_stats(ebpf: &Ebpf) -> Result<Taken, Error> {
     let mut taken = Taken::default();
+    for name in maps::FRONT {
+        add_fronts(ebpf, name, &mut taken.stats)?;
+    }
     for name in maps::LOCK_STATS {
         add_stats(ebpf, name, &mut taken.stats)?;
+    }
+    for name in maps::DETAIL_FRONT {
+        add_detail_fronts(ebpf, name, &mut taken.details)?;
     }
     for name in maps::LOCK_DETAILS {
         add_details(ebpf, name, &mut taken.details)?;
@@ -105,13 +168,20 @@ pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Taken, &'static str), Error> {
     rcu_grace_period();
     let name = maps::LOCK_STATS[old];
     let mut taken = Taken::default();
+    if add_fronts(ebpf, maps::FRONT[old], &mut taken.stats)? {
+        empty_fronts(ebpf, maps::FRONT[old], Front::EMPTY)?;
+    }
+    if add_detail_fronts(ebpf, maps::DETAIL_FRONT[old], &mut taken.details)? {
+        empty_fronts(ebpf, maps::DETAIL_FRONT[old], DetailFront::EMPTY)?;
+    }
     add_stats(ebpf, name, &mut taken.stats)?;
     add_details(ebpf, maps::LOCK_DETAILS[old], &mut taken.details)?;
     let mut drained: BpfHashMap<_, LockKey, LockStats> =
         BpfHashMap::try_from(map_mut(ebpf, name)?).map_err(map_err(name))?;
     for key in taken.stats.keys() {
-        // No program writes this map now; a failed removal only leaves an
-        // entry that is read again (and removed) two ticks later.
+        // No program writes this map now; a failed removal (or one of a
+        // lock only the fronts held) only leaves an entry that is read
+        // again (and removed) two ticks later.
         let _ = drained.remove(key);
     }
     let details_name = maps::LOCK_DETAILS[old];

@@ -263,7 +263,11 @@ pub(super) fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outco
 
 /// Recursion misses of the programs a pipe-mutex contention goes through
 /// (all but the spinlock ones): the exporter's during the trace, the trace's.
-fn mutex_path_misses(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, report: &serde_json::Value) -> (f64, f64) {
+fn mutex_path_misses(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    report: &serde_json::Value,
+) -> (f64, f64) {
     let on_path = |program: &str| !program.contains("spin_");
     let prefix = "pipelock_bpf_recursion_misses_total{program=\"";
     let served = after
@@ -287,7 +291,11 @@ fn mutex_path_misses(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f6
 /// exporter (its per-lock series, less what it had before the trace) and
 /// the trace disagree on, largest difference first, and the exporter's
 /// dropped events.
-fn where_they_differ(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, report: &serde_json::Value) -> String {
+fn where_they_differ(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    report: &serde_json::Value,
+) -> String {
     let prefix = "pipelock_top_lock_contentions_total{class=\"pipe_mutex\",lock=\"";
     let mut by_lock: BTreeMap<String, (f64, u64)> = BTreeMap::new();
     for (key, value) in after {

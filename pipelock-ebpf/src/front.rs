@@ -1,0 +1,121 @@
+//! Tracepoint mode: each CPU's own statistics of the locks and parts its
+//! waits end on most (`pipelock_common::{Front, DetailFront}`), updated
+//! with plain adds; what they have no room for goes to the shared maps.
+//!
+//! Plain adds are safe: nothing else writes this CPU's front in this
+//! interval. Only the `contention_end` programs use it; tracepoints run
+//! with preemption off, and a run nested in one by an interrupt is skipped
+//! (a recursion miss: a classic tracepoint's `bpf_prog_active`, `tp_btf`'s
+//! own guard since 6.2). On older kernels an interrupt's end would also
+//! have to close a wait its task has open, and waits are not opened in
+//! interrupts (`in_interrupt`).
+use aya_ebpf::{macros::map, maps::PerCpuArray};
+use pipelock_common::{
+    DetailFront, DetailKey, DetailStats, FRONT_LOCKS, FRONT_PARTS, Front, Histogram, LockKey, LockStats,
+    hist_bucket,
+};
+
+use crate::maps::{interval, record_part};
+
+/// Switched and drained with `LOCK_STATS` (the same `STATS_SLOT` parity).
+#[map]
+pub(crate) static FRONT_A: PerCpuArray<Front> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+pub(crate) static FRONT_B: PerCpuArray<Front> = PerCpuArray::with_max_entries(1, 0);
+/// Switched and drained with `LOCK_DETAILS`.
+#[map]
+pub(crate) static DETAIL_FRONT_A: PerCpuArray<DetailFront> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+pub(crate) static DETAIL_FRONT_B: PerCpuArray<DetailFront> = PerCpuArray::with_max_entries(1, 0);
+
+/// This CPU's statistics of `key` (a pipe's own lock): its entry in the
+/// front, taken if free. None once the front holds other locks.
+#[inline(always)]
+pub(crate) fn front_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
+    let map = if interval() % 2 == 0 { &FRONT_A } else { &FRONT_B };
+    // SAFETY: this CPU's value; only this program writes it (see above).
+    let front = unsafe { &mut *map.get_ptr_mut(0)? };
+    for at in 0..FRONT_LOCKS {
+        let entry = front.keys.get_mut(at)?;
+        if entry.lock == 0 {
+            *entry = *key;
+        } else if *entry != *key {
+            continue;
+        }
+        return front.stats.get_mut(at);
+    }
+    None
+}
+
+/// Adds one duration to a histogram of this CPU's front.
+#[inline(always)]
+pub(crate) fn record_here(hist: &mut Histogram, ns: u64) {
+    hist.total_ns += ns;
+    if ns > hist.max_ns {
+        hist.max_ns = ns;
+    }
+    if let Some(slot) = hist.buckets.get_mut(hist_bucket(ns)) {
+        *slot += 1;
+    }
+}
+
+/// This CPU's figures of part `key`: one of its two entries, taken if free.
+#[inline(always)]
+fn detail_front_of(key: &DetailKey) -> Option<&'static mut DetailStats> {
+    let map = if interval() % 2 == 0 {
+        &DETAIL_FRONT_A
+    } else {
+        &DETAIL_FRONT_B
+    };
+    // SAFETY: as in `front_stats_of`.
+    let front = unsafe { &mut *map.get_ptr_mut(0)? };
+    let set = DetailFront::sets(key) & (FRONT_PARTS - 2);
+    for at in [set, set + 1] {
+        let entry = front.keys.get_mut(at)?;
+        if entry.lock.lock == 0 {
+            *entry = *key;
+        } else if *entry != *key {
+            continue;
+        }
+        return front.stats.get_mut(at);
+    }
+    None
+}
+
+/// How a part's figures are updated: plain adds (this CPU's front) or
+/// atomic ones (the shared map).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Update {
+    Here,
+    Shared,
+}
+
+/// Adds `value` to a counter of a part updated as `how` says.
+#[inline(always)]
+pub(crate) fn add(counter: &mut u64, value: u64, how: Update) {
+    if how == Update::Here {
+        *counter += value;
+    } else {
+        crate::maps::bump(counter, value);
+    }
+}
+
+/// Tracepoint mode: one contended wait of `ns` in part `kind`/`id` of
+/// `lock`, in this CPU's front if it has room, else in the shared map.
+#[inline(always)]
+pub(crate) fn record_contended_wait(
+    lock: LockKey,
+    kind: u32,
+    id: u32,
+    ns: u64,
+) -> Option<(&'static mut DetailStats, Update)> {
+    if let Some(part) = detail_front_of(&DetailKey { lock, kind, id }) {
+        part.contentions += 1;
+        part.wait_ns += ns;
+        if ns > part.wait_max_ns {
+            part.wait_max_ns = ns;
+        }
+        return Some((part, Update::Here));
+    }
+    Some((record_part(lock, kind, id, false, true, ns, 0)?, Update::Shared))
+}
