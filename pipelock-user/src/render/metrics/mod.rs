@@ -75,6 +75,15 @@ fn buckets<'a>(timings: impl IntoIterator<Item = &'a Timing>) -> Buckets {
     }
 }
 
+/// One series per loaded program, labelled with its name.
+fn per_program<V>(report: &TraceReport, pick: impl Fn(&crate::model::ProgramStats) -> V) -> Vec<(Labels, V)> {
+    report
+        .programs
+        .iter()
+        .map(|p| (labels(&[("program", &p.name)]), pick(p)))
+        .collect()
+}
+
 /// The collector prometheus-client calls on each scrape.
 #[derive(Debug)]
 struct ReportCollector(Arc<Exposition>);
@@ -331,41 +340,26 @@ impl Collector for ReportCollector {
             Some(Unit::Bytes),
             &maps(|m| m.memlock_bytes.map(|b| b as f64)),
         )?;
-        let programs = |pick: fn(&crate::model::ProgramStats) -> f64| -> Vec<(Labels, f64)> {
-            report
-                .programs
-                .iter()
-                .map(|p| (labels(&[("program", &p.name)]), pick(p)))
-                .collect()
-        };
         counters(
             &mut encoder,
             "bpf_runs",
             "Runs of pipelock's BPF programs (kernel run-time statistics)",
             None,
-            &report
-                .programs
-                .iter()
-                .map(|p| (labels(&[("program", &p.name)]), p.run_count))
-                .collect::<Vec<_>>(),
+            &per_program(report, |p| p.run_count),
         )?;
         counters(
             &mut encoder,
             "bpf_run",
             "Time pipelock's BPF programs ran (kernel run-time statistics)",
             Some(Unit::Seconds),
-            &programs(|p| p.run_time_ns as f64 / 1e9),
+            &per_program(report, |p| p.run_time_ns as f64 / 1e9),
         )?;
         counters(
             &mut encoder,
             "bpf_recursion_misses",
             "Runs of pipelock's BPF programs the kernel skipped because a run was already under way on that CPU (fentry, tp_btf: the same program, interrupted or preempted; kprobe: any program): each can lose an event",
             None,
-            &report
-                .programs
-                .iter()
-                .map(|p| (labels(&[("program", &p.name)]), p.recursion_misses))
-                .collect::<Vec<_>>(),
+            &per_program(report, |p| p.recursion_misses),
         )?;
         if let Some(cpu) = report.tracer_cpu_s {
             counters(
