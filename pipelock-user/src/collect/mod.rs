@@ -60,6 +60,9 @@ pub struct Tracer {
     holder_split: bool,
     /// How reports are cut (`--by`, `--stack-depth`, filters).
     view: ReportView,
+    /// The kernel's preemption model, where debugfs says: whether fentry
+    /// programs can be preempted mid-run.
+    preemption: Option<String>,
 }
 
 impl Tracer {
@@ -212,6 +215,7 @@ impl Tracer {
             symbols,
             holder_split,
             view: ReportView::default(),
+            preemption: inspector.preemption(),
         })
     }
 
@@ -330,7 +334,16 @@ impl Tracer {
             locks,
             drops,
             percentile_resolution: crate::model::PERCENTILE_RESOLUTION.to_owned(),
-            notes: self.notes.clone(),
+            notes: self
+                .notes
+                .iter()
+                .cloned()
+                .chain(crate::model::notes::skipped_runs(
+                    &programs,
+                    self.attached.mode == AttachMode::Fentry,
+                    self.preemption.as_deref(),
+                ))
+                .collect(),
             programs,
             maps: Vec::new(),
             tracer_cpu_s: own_cpu_seconds()

@@ -165,6 +165,15 @@ impl KernelInspector {
             })
     }
 
+    /// The preemption model in force (`none`, `voluntary`, `full`, `lazy`),
+    /// where debugfs says (`sched/preempt`, a kernel with dynamic
+    /// preemption). It decides whether fentry programs can be preempted
+    /// mid-run (see `model::notes::skipped_runs`).
+    pub fn preemption(&self) -> Option<String> {
+        let text = fs::read_to_string(self.path("sys/kernel/debug/sched/preempt")).ok()?;
+        parse_preemption(&text)
+    }
+
     /// Whether tracefs lists the tracepoint `category:name`.
     pub fn has_tracepoint(&self, category: &str, name: &str) -> bool {
         self.tracefs()
@@ -235,9 +244,30 @@ pub fn parse_version(release: &str) -> (u32, u32, u32) {
     )
 }
 
+/// `none voluntary full (lazy)` → `lazy`: debugfs lists the models and
+/// puts the one in force in parentheses.
+pub fn parse_preemption(text: &str) -> Option<String> {
+    text.split_ascii_whitespace()
+        .find_map(|word| word.strip_prefix('(')?.strip_suffix(')'))
+        .map(str::to_owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_preemption_in_force_is_the_one_in_parentheses() {
+        assert_eq!(
+            parse_preemption("none voluntary full (lazy) \n").as_deref(),
+            Some("lazy")
+        );
+        assert_eq!(
+            parse_preemption("none (voluntary) full \n").as_deref(),
+            Some("voluntary")
+        );
+        assert_eq!(parse_preemption("none voluntary full\n"), None);
+    }
 
     #[test]
     fn kallsyms_keeps_text_symbols_only() {

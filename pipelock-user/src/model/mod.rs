@@ -4,6 +4,7 @@
 pub mod callers;
 pub mod class;
 pub mod naming;
+pub mod notes;
 pub mod report;
 pub mod timing;
 pub mod view;

@@ -242,6 +242,21 @@ pub(super) fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outco
         .filter_map(|l| l["contentions"].as_u64())
         .sum();
     ensure!(traced > 0, "the trace saw no pipe-mutex contention");
+    // Skipped runs are said in the trace's notes, with the cause where
+    // the kernel preempts fentry programs (Debian's 6.18: lazy).
+    let skipped = report["drops"]["recursion_misses"].as_u64().unwrap_or(0);
+    let notes = report["notes"].to_string();
+    ensure!(
+        (skipped == 0) != notes.contains(&format!("the kernel skipped {skipped} runs")),
+        "{skipped} skipped runs, notes {notes}"
+    );
+    let preemption = fs::read_to_string("/sys/kernel/debug/sched/preempt").unwrap_or_default();
+    if skipped > 0 && mode == "fentry" && (preemption.contains("(lazy)") || preemption.contains("(full)")) {
+        ensure!(
+            notes.contains("--mode kprobe"),
+            "preemption {preemption:?}, notes {notes}"
+        );
+    }
     // Each side can lose up to one contention for each run of a program on
     // the mutex's path that the kernel skipped (and says so): under
     // emulation a preempted or interrupted run makes hundreds.

@@ -1,0 +1,75 @@
+//! Notes a report adds from what happened while it traced, beside the
+//! ones fixed when attaching (what a mode or kernel cannot measure).
+use super::ProgramStats;
+
+/// The runs of pipelock's programs the kernel skipped, if any: how many,
+/// the program that lost most, and where fentry programs can be preempted
+/// (`full` or `lazy` preemption) why and what avoids it. A trampoline only
+/// disables migration, so a run preempted mid-way makes every run of that
+/// program on that CPU skip until its task runs again; kprobes and
+/// tracepoints run with preemption off.
+pub fn skipped_runs(programs: &[ProgramStats], fentry: bool, preemption: Option<&str>) -> Option<String> {
+    let total: u64 = programs.iter().map(|p| p.recursion_misses).sum();
+    let most = programs.iter().max_by_key(|p| p.recursion_misses)?;
+    if total == 0 {
+        return None;
+    }
+    // Runs are counted only while run-time statistics are on.
+    let of = if most.run_count > 0 {
+        format!(" of {}", most.run_count + most.recursion_misses)
+    } else {
+        String::new()
+    };
+    let mut note = format!(
+        "the kernel skipped {total} runs of pipelock's programs (recursion_misses; most: {} {}{of}); each can lose an event",
+        most.name, most.recursion_misses
+    );
+    if let Some(model) = preemption.filter(|m| fentry && matches!(*m, "full" | "lazy")) {
+        note.push_str(&format!(
+            "; this kernel's preemption is {model}, and a fentry program preempted mid-run skips every run of it on that CPU until its task runs again: --mode kprobe runs with preemption off"
+        ));
+    }
+    Some(note)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(name: &str, runs: u64, misses: u64) -> ProgramStats {
+        ProgramStats {
+            name: name.into(),
+            run_count: runs,
+            run_time_ns: 0,
+            recursion_misses: misses,
+        }
+    }
+
+    #[test]
+    fn no_skipped_run_no_note() {
+        assert_eq!(skipped_runs(&[program("a", 10, 0)], true, Some("lazy")), None);
+        assert_eq!(skipped_runs(&[], true, Some("lazy")), None);
+    }
+
+    #[test]
+    fn skipped_runs_name_the_worst_program_and_under_preemption_the_cause() {
+        let programs = [
+            program("pipe_read_exit", 29_222, 880),
+            program("mutex_lock_entry", 49_095, 1784),
+        ];
+        let lazy = skipped_runs(&programs, true, Some("lazy")).unwrap();
+        assert!(
+            lazy.starts_with("the kernel skipped 2664 runs of pipelock's programs (recursion_misses; most: mutex_lock_entry 1784 of 50879)")
+                && lazy.contains("preemption is lazy")
+                && lazy.contains("--mode kprobe"),
+            "{lazy}"
+        );
+        // kprobes, or a kernel that does not preempt kernel code: no cause to name.
+        for (fentry, model) in [(false, Some("lazy")), (true, Some("voluntary")), (true, None)] {
+            let note = skipped_runs(&programs, fentry, model).unwrap();
+            assert!(!note.contains("preemption"), "{note}");
+        }
+        let without_stats = skipped_runs(&[program("x", 0, 3)], true, None).unwrap();
+        assert!(without_stats.contains("most: x 3)"), "{without_stats}");
+    }
+}
