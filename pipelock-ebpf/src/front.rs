@@ -11,11 +11,10 @@
 //! interrupts (`in_interrupt`).
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use pipelock_common::{
-    DetailFront, DetailKey, DetailStats, FRONT_LOCKS, FRONT_PARTS, Front, Histogram, LockKey, LockStats,
-    hist_bucket,
+    DetailFront, DetailKey, DetailStats, FRONT_LOCKS, FRONT_PARTS, Front, LockKey, LockStats,
 };
 
-use crate::maps::{interval, record_part};
+use crate::maps::{Update, interval, record_part, stats_of};
 
 /// Switched and drained with `LOCK_STATS` (the same `STATS_SLOT` parity).
 #[map]
@@ -28,10 +27,22 @@ pub(crate) static DETAIL_FRONT_A: PerCpuArray<DetailFront> = PerCpuArray::with_m
 #[map]
 pub(crate) static DETAIL_FRONT_B: PerCpuArray<DetailFront> = PerCpuArray::with_max_entries(1, 0);
 
-/// This CPU's statistics of `key` (a pipe's own lock): its entry in the
-/// front, taken if free. None once the front holds other locks.
+/// The statistics of `key` a wait ends on, and how to update them: a
+/// pipe's own lock (`front`) in this CPU's front if it has room, anything
+/// else in the shared map.
 #[inline(always)]
-pub(crate) fn front_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
+pub(crate) fn stats_for_wait(key: &LockKey, front: bool) -> Option<(&'static mut LockStats, Update)> {
+    if front && let Some(stats) = front_stats_of(key) {
+        return Some((stats, Update::Here));
+    }
+    // SAFETY: a live map value; every update of it is atomic (`Shared`).
+    Some((unsafe { &mut *stats_of(key)? }, Update::Shared))
+}
+
+/// This CPU's statistics of `key`: its entry in the front, taken if free.
+/// None once the front holds other locks.
+#[inline(always)]
+fn front_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
     let map = if interval() % 2 == 0 { &FRONT_A } else { &FRONT_B };
     // SAFETY: this CPU's value; only this program writes it (see above).
     let front = unsafe { &mut *map.get_ptr_mut(0)? };
@@ -45,18 +56,6 @@ pub(crate) fn front_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
         return front.stats.get_mut(at);
     }
     None
-}
-
-/// Adds one duration to a histogram of this CPU's front.
-#[inline(always)]
-pub(crate) fn record_here(hist: &mut Histogram, ns: u64) {
-    hist.total_ns += ns;
-    if ns > hist.max_ns {
-        hist.max_ns = ns;
-    }
-    if let Some(slot) = hist.buckets.get_mut(hist_bucket(ns)) {
-        *slot += 1;
-    }
 }
 
 /// This CPU's figures of part `key`: one of its two entries, taken if free.
@@ -80,24 +79,6 @@ fn detail_front_of(key: &DetailKey) -> Option<&'static mut DetailStats> {
         return front.stats.get_mut(at);
     }
     None
-}
-
-/// How a part's figures are updated: plain adds (this CPU's front) or
-/// atomic ones (the shared map).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Update {
-    Here,
-    Shared,
-}
-
-/// Adds `value` to a counter of a part updated as `how` says.
-#[inline(always)]
-pub(crate) fn add(counter: &mut u64, value: u64, how: Update) {
-    if how == Update::Here {
-        *counter += value;
-    } else {
-        crate::maps::bump(counter, value);
-    }
 }
 
 /// Tracepoint mode: one contended wait of `ns` in part `kind`/`id` of

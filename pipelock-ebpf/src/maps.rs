@@ -398,18 +398,44 @@ pub(crate) fn bump(counter: &mut u64, value: u64) {
     unsafe { atomic_add(counter, value) };
 }
 
-/// Adds one duration to a histogram. The maximum is a plain compare and
-/// store (BPF has no atomic max before compare-and-exchange, which needs a
-/// newer BPF ISA): two updates at once can lose a maximum, never a count.
+/// How a value is updated: atomic adds on a map value every CPU writes,
+/// or plain ones on this CPU's own (tracepoint mode's fronts, see
+/// `crate::front`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Update {
+    Shared,
+    Here,
+}
+
+/// Adds `value` to a counter updated as `how` says.
+#[inline(always)]
+pub(crate) fn add(counter: &mut u64, value: u64, how: Update) {
+    if how == Update::Here {
+        *counter += value;
+    } else {
+        bump(counter, value);
+    }
+}
+
+/// Adds one duration to a histogram every CPU updates.
 #[inline(always)]
 pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
+    record_as(hist, ns, Update::Shared);
+}
+
+/// Adds one duration to a histogram updated as `how` says. The maximum is
+/// a plain compare and store (BPF has no atomic max before
+/// compare-and-exchange, which needs a newer BPF ISA): two updates at once
+/// can lose a maximum, never a count.
+#[inline(always)]
+pub(crate) fn record_as(hist: &mut pipelock_common::Histogram, ns: u64, how: Update) {
     // No `count`: it is the sum of the buckets, which userspace takes (one
-    // atomic add less per recorded duration).
-    bump(&mut hist.total_ns, ns);
+    // add less per recorded duration).
+    add(&mut hist.total_ns, ns, how);
     if ns > hist.max_ns {
         hist.max_ns = ns;
     }
     if let Some(slot) = hist.buckets.get_mut(hist_bucket(ns)) {
-        bump(slot, 1);
+        add(slot, 1, how);
     }
 }

@@ -24,10 +24,8 @@ use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_o
 
 use crate::{
     files::{file_of_fd, pipe_of_file},
-    front::{front_stats_of, record_contended_wait, record_here},
-    maps::{
-        TASK_WAITS, bump, config, count_drop, interval, name_current, record, stack_id, stats_of, wanted,
-    },
+    front::{record_contended_wait, stats_for_wait},
+    maps::{TASK_WAITS, add, config, count_drop, interval, name_current, record_as, stack_id, wanted},
     recognise::recognise,
     recorded::{name_lock, note_user},
     task::on_task_stack,
@@ -316,25 +314,13 @@ fn on_end(lock: u64) {
         let _ = record_contended_wait(key, detail::TASK, pid_tgid as u32, ns);
     }
     // (No `contentions`: the wait histogram counts them.)
-    if wait.class != class::OTHER_IN_PIPE_CALL
-        && let Some(stats) = front_stats_of(&key)
-    {
-        if !spin_only {
-            stats.slept += 1;
-        }
-        record_here(&mut stats.wait, ns);
-        return;
-    }
-    let Some(stats) = stats_of(&key) else {
+    let Some((stats, how)) = stats_for_wait(&key, wait.class != class::OTHER_IN_PIPE_CALL) else {
         return;
     };
-    // SAFETY: a live map value; every update of it is atomic.
-    unsafe {
-        if !spin_only {
-            bump(&mut (*stats).slept, 1);
-        }
-        record(&mut (*stats).wait, ns);
+    if !spin_only {
+        add(&mut stats.slept, 1, how);
     }
+    record_as(&mut stats.wait, ns, how);
 }
 
 #[btf_tracepoint(function = "contention_begin")]

@@ -22,8 +22,10 @@ use pipelock_common::{
     holder::{self, STATES, with_spin},
 };
 
-use crate::front::{Update, add, record_contended_wait};
-use crate::maps::{TASK_NAMES, WATCHED, WATCHERS, atomic_add, bump, count_drop, read, record_part};
+use crate::front::record_contended_wait;
+use crate::maps::{
+    TASK_NAMES, Update, WATCHED, WATCHERS, add, atomic_add, bump, count_drop, read, record_part,
+};
 use crate::recorded::first_naming;
 
 /// Whether waits are split by owner (the pipe-mutex class is traced).

@@ -167,27 +167,31 @@ pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Taken, &'static str), Error> {
     let old = interval as usize % 2;
     rcu_grace_period();
     let name = maps::LOCK_STATS[old];
+    let details_name = maps::LOCK_DETAILS[old];
     let mut taken = Taken::default();
+    add_stats(ebpf, name, &mut taken.stats)?;
+    add_details(ebpf, details_name, &mut taken.details)?;
+    // Only what the maps held is removed from them: a removal is a syscall,
+    // and the fronts' locks and parts (dozens of owner rows on a herd) are
+    // not there.
+    let stats_keys: Vec<LockKey> = taken.stats.keys().copied().collect();
+    let detail_keys: Vec<DetailKey> = taken.details.keys().copied().collect();
     if add_fronts(ebpf, maps::FRONT[old], &mut taken.stats)? {
         empty_fronts(ebpf, maps::FRONT[old], Front::EMPTY)?;
     }
     if add_detail_fronts(ebpf, maps::DETAIL_FRONT[old], &mut taken.details)? {
         empty_fronts(ebpf, maps::DETAIL_FRONT[old], DetailFront::EMPTY)?;
     }
-    add_stats(ebpf, name, &mut taken.stats)?;
-    add_details(ebpf, maps::LOCK_DETAILS[old], &mut taken.details)?;
     let mut drained: BpfHashMap<_, LockKey, LockStats> =
         BpfHashMap::try_from(map_mut(ebpf, name)?).map_err(map_err(name))?;
-    for key in taken.stats.keys() {
-        // No program writes this map now; a failed removal (or one of a
-        // lock only the fronts held) only leaves an entry that is read
-        // again (and removed) two ticks later.
+    for key in &stats_keys {
+        // No program writes this map now; a failed removal only leaves an
+        // entry that is read again (and removed) two ticks later.
         let _ = drained.remove(key);
     }
-    let details_name = maps::LOCK_DETAILS[old];
     let mut drained: BpfHashMap<_, DetailKey, DetailStats> =
         BpfHashMap::try_from(map_mut(ebpf, details_name)?).map_err(map_err(details_name))?;
-    for key in taken.details.keys() {
+    for key in &detail_keys {
         let _ = drained.remove(key);
     }
     Ok((taken, name))

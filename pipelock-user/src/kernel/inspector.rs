@@ -39,6 +39,9 @@ const SUPPORT_FILE: &str = "pipelock-attach-support.txt";
 /// The two places tracefs is found: its own mount, and the debugfs legacy path.
 const TRACEFS_DIRS: [&str; 2] = ["sys/kernel/tracing", "sys/kernel/debug/tracing"];
 
+/// debugfs's preemption models, the one in force in parentheses.
+const PREEMPT_FILE: &str = "sys/kernel/debug/sched/preempt";
+
 /// Reads kernel facts below a root directory.
 #[derive(Clone, Debug)]
 pub struct KernelInspector {
@@ -170,7 +173,7 @@ impl KernelInspector {
     /// preemption). It decides whether fentry programs can be preempted
     /// mid-run (see `model::notes::skipped_runs`).
     pub fn preemption(&self) -> Option<String> {
-        let text = fs::read_to_string(self.path("sys/kernel/debug/sched/preempt")).ok()?;
+        let text = fs::read_to_string(self.path(PREEMPT_FILE)).ok()?;
         parse_preemption(&text)
     }
 
@@ -225,6 +228,9 @@ impl KernelInspector {
                 }
             }
         }
+        if let Ok(preempt) = fs::read(self.path(PREEMPT_FILE)) {
+            write(PREEMPT_FILE, &preempt)?;
+        }
         if let Some(support) = support {
             write(SUPPORT_FILE, support.to_text().as_bytes())?;
         }
@@ -267,6 +273,27 @@ mod tests {
             Some("voluntary")
         );
         assert_eq!(parse_preemption("none voluntary full\n"), None);
+    }
+
+    /// A captured tree answers `preemption` as the kernel it came from.
+    #[test]
+    fn the_preemption_model_is_captured_with_the_facts() {
+        let scratch = std::env::temp_dir().join(format!("pipelock-preempt-{}", std::process::id()));
+        let (live, captured) = (scratch.join("live"), scratch.join("captured"));
+        let file = live.join(PREEMPT_FILE);
+        fs::create_dir_all(file.parent().unwrap()).unwrap();
+        fs::create_dir_all(live.join("proc/sys/kernel")).unwrap();
+        fs::write(
+            live.join("proc/sys/kernel/osrelease"),
+            "6.18.15+deb13-cloud-amd64\n",
+        )
+        .unwrap();
+        fs::write(live.join("proc/kallsyms"), "ffffffff81234560 t pipe_read\n").unwrap();
+        fs::write(&file, "none voluntary full (lazy) \n").unwrap();
+        KernelInspector::at(&live).capture(&captured, None).unwrap();
+        let answer = KernelInspector::at(&captured).preemption();
+        let _ = fs::remove_dir_all(&scratch);
+        assert_eq!(answer.as_deref(), Some("lazy"));
     }
 
     #[test]
