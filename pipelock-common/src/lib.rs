@@ -134,6 +134,10 @@ pub struct TraceConfig {
     /// Non-zero: only tasks whose comm is `filter_comm` (NUL-padded).
     pub filter_comm_set: u32,
     pub filter_comm: [u8; 16],
+    /// Non-zero: the kernel preempts no kernel code (`none` or `voluntary`
+    /// preemption), so a fentry program runs to its end once started and
+    /// a mutex release may update this CPU's front with plain adds.
+    pub runs_unpreempted: u32,
 }
 
 /// A contended acquisition in progress (`lock` 0: a free entry).

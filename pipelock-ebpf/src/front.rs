@@ -1,14 +1,22 @@
-//! Tracepoint mode: each CPU's own statistics of the locks and parts its
-//! waits end on most (`pipelock_common::{Front, DetailFront}`), updated
-//! with plain adds; what they have no room for goes to the shared maps.
+//! Each CPU's own statistics of the locks and parts it records most
+//! (`pipelock_common::{Front, DetailFront}`), updated with plain adds;
+//! what they have no room for goes to the shared maps.
 //!
-//! Plain adds are safe: nothing else writes this CPU's front in this
-//! interval. Only the `contention_end` programs use it; tracepoints run
-//! with preemption off, and a run nested in one by an interrupt is skipped
-//! (a recursion miss: a classic tracepoint's `bpf_prog_active`, `tp_btf`'s
-//! own guard since 6.2). On older kernels an interrupt's end would also
-//! have to close a wait its task has open, and waits are not opened in
-//! interrupts (`in_interrupt`).
+//! Plain adds are safe only from programs that run to their end on their
+//! CPU, and that no other front writer can interrupt:
+//! - tracepoint mode's `contention_end`: tracepoints run with preemption
+//!   off, and a run nested in one by an interrupt is skipped (a recursion
+//!   miss: a classic tracepoint's `bpf_prog_active`, `tp_btf`'s own guard
+//!   since 6.2). On older kernels an interrupt's end would also have to
+//!   close a wait its task has open, and waits are not opened in
+//!   interrupts (`in_interrupt`).
+//! - hooked modes' pipe-mutex `contention_end` (a tracepoint, as above)
+//!   and releases: a spinlock's runs with interrupts off; a
+//!   mutex's runs with preemption off as a kprobe, but a fentry program
+//!   only has migration disabled, so a mutex release uses the front only
+//!   where the kernel preempts no kernel code (`runs_unpreempted`).
+//!   Interrupts nest no release of a pipe lock: no interrupt takes a pipe's
+//!   mutex or wait-queue locks.
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use pipelock_common::{
     DetailFront, DetailKey, DetailStats, FRONT_LOCKS, FRONT_PARTS, Front, LockKey, LockStats,
@@ -27,11 +35,11 @@ pub(crate) static DETAIL_FRONT_A: PerCpuArray<DetailFront> = PerCpuArray::with_m
 #[map]
 pub(crate) static DETAIL_FRONT_B: PerCpuArray<DetailFront> = PerCpuArray::with_max_entries(1, 0);
 
-/// The statistics of `key` a wait ends on, and how to update them: a
-/// pipe's own lock (`front`) in this CPU's front if it has room, anything
-/// else in the shared map.
+/// The statistics of `key` to record a wait or hold in, and how to update
+/// them: in this CPU's front if `front` (a pipe's own lock, from a program
+/// the front is safe for) and it has room, else in the shared map.
 #[inline(always)]
-pub(crate) fn stats_for_wait(key: &LockKey, front: bool) -> Option<(&'static mut LockStats, Update)> {
+pub(crate) fn stats_to_record(key: &LockKey, front: bool) -> Option<(&'static mut LockStats, Update)> {
     if front && let Some(stats) = front_stats_of(key) {
         return Some((stats, Update::Here));
     }

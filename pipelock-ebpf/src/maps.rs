@@ -64,6 +64,7 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
     details: 0,
     filter_comm_set: 0,
     filter_comm: [0; 16],
+    runs_unpreempted: 0,
 };
 
 /// Zeroed template for a lock's first per-CPU entry (too big for the stack).

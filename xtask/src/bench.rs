@@ -262,7 +262,8 @@ pub fn bench_overhead(
          programs. On this host the herd is also traced with `--callers` (a kernel stack unwound per \
          recorded acquisition), the opt-in cost a user weighs before turning it on; the default programs \
          include the holder-state ones on `sched_switch` and `sched_waking`. Ratios are measured with the kernel's run-time statistics off; one more traced run \
-         per cell, with them on (a scoped `BPF_ENABLE_STATS` descriptor), gives BPF runs and run time. \
+         per cell and pair, with them on (a scoped `BPF_ENABLE_STATS` descriptor), gives BPF runs and run \
+         time; a cell shows the one whose ns per run is the median. \
          The workload's CPU time comes from `getrusage` of its worker processes, map memory from the \
          maps' `memlock`, and the collector's CPU from its own `getrusage`.\n\n## This host\n\n",
     );

@@ -24,7 +24,7 @@ use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_o
 
 use crate::{
     files::{file_of_fd, pipe_of_file},
-    front::{record_contended_wait, stats_for_wait},
+    front::{record_contended_wait, stats_to_record},
     maps::{TASK_WAITS, add, config, count_drop, interval, name_current, record_as, stack_id, wanted},
     recognise::recognise,
     recorded::{name_lock, note_user},
@@ -314,7 +314,7 @@ fn on_end(lock: u64) {
         let _ = record_contended_wait(key, detail::TASK, pid_tgid as u32, ns);
     }
     // (No `contentions`: the wait histogram counts them.)
-    let Some((stats, how)) = stats_for_wait(&key, wait.class != class::OTHER_IN_PIPE_CALL) else {
+    let Some((stats, how)) = stats_to_record(&key, wait.class != class::OTHER_IN_PIPE_CALL) else {
         return;
     };
     if !spin_only {

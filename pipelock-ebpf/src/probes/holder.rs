@@ -148,14 +148,6 @@ pub(crate) fn owner_split(
     }
 }
 
-/// Adds one contended wait of `ns` to `lock`'s row of owner `tid`, with
-/// the owner's state split (clamped to the wait: the clock's parts are read
-/// without a lock).
-#[inline(always)]
-pub(crate) fn record_owner(lock: LockKey, tid: u32, ns: u64, split: Option<[u64; STATES]>) {
-    record_split(lock, detail::OWNER, tid, ns, split);
-}
-
 /// One wait (or hold) of `ns` in part `kind`/`id` of `lock`, with what the
 /// watched task did meanwhile.
 #[inline(always)]
@@ -171,7 +163,10 @@ pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Op
     }
 }
 
-/// Tracepoint mode: [`record_owner`] into this CPU's front where it has room.
+/// Adds one contended wait of `ns` to `lock`'s row of owner `tid`, with
+/// the owner's state split (clamped to the wait: the clock's parts are read
+/// without a lock), in this CPU's front where it has room: only from the
+/// programs `crate::front` names.
 #[inline(always)]
 pub(crate) fn record_owner_here(lock: LockKey, tid: u32, ns: u64, split: Option<[u64; STATES]>) {
     if let Some((part, how)) = record_contended_wait(lock, detail::OWNER, tid, ns) {

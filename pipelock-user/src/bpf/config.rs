@@ -173,6 +173,8 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         details: filters.details(),
         filter_comm_set: u32::from(filters.comm.is_some()),
         filter_comm: comm_bytes(filters.comm.as_deref().unwrap_or(""))?,
+        // Set by the caller, which knows the kernel's preemption model.
+        runs_unpreempted: 0,
     })
 }
 

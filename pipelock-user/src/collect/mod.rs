@@ -110,7 +110,9 @@ impl Tracer {
             return Err(Error::StubObject);
         }
         let btf = inspector.btf()?;
-        let config = bpf::config::trace_config(&btf, filters)?;
+        let mut config = bpf::config::trace_config(&btf, filters)?;
+        let preemption = inspector.preemption();
+        config.runs_unpreempted = u32::from(crate::model::notes::runs_unpreempted(preemption.as_deref()));
         let sizes = MapSizes::with_stacks(filters.max_locks, filters.stack_map_size)?;
         // Each object gets its log reader: it holds the log map's
         // descriptor, which the object's programs need until they are loaded.
@@ -215,7 +217,7 @@ impl Tracer {
             symbols,
             holder_split,
             view: ReportView::default(),
-            preemption: inspector.preemption(),
+            preemption,
         })
     }
 

@@ -24,7 +24,7 @@ pub fn skipped_runs(programs: &[ProgramStats], fentry: bool, preemption: Option<
         "the kernel skipped {total} runs of pipelock's programs (recursion_misses; most: {} {}{of}); each can lose an event",
         most.name, most.recursion_misses
     );
-    if let Some(model) = preemption.filter(|m| fentry && matches!(*m, "full" | "lazy")) {
+    if let Some(model) = preemption.filter(|m| fentry && !runs_unpreempted(Some(m))) {
         note.push_str(&format!(
             "; this kernel's preemption is {model}, and a fentry program preempted mid-run skips every run of it on that CPU until its task runs again: --mode kprobe runs with preemption off"
         ));
@@ -32,9 +32,26 @@ pub fn skipped_runs(programs: &[ProgramStats], fentry: bool, preemption: Option<
     Some(note)
 }
 
+/// Whether kernel code runs unpreempted under `model` (`none`,
+/// `voluntary`): then a fentry program, which only has migration disabled,
+/// still runs to its end once started. An unknown model (no debugfs, a
+/// kernel without dynamic preemption) counts as preemptible.
+pub fn runs_unpreempted(model: Option<&str>) -> bool {
+    matches!(model, Some("none" | "voluntary"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_none_and_voluntary_leave_kernel_code_unpreempted() {
+        assert!(runs_unpreempted(Some("voluntary")));
+        assert!(runs_unpreempted(Some("none")));
+        for model in [Some("full"), Some("lazy"), None] {
+            assert!(!runs_unpreempted(model), "{model:?}");
+        }
+    }
 
     fn program(name: &str, runs: u64, misses: u64) -> ProgramStats {
         ProgramStats {

@@ -44,7 +44,7 @@ pub fn to_markdown(results: &Results) -> String {
             percent(row.collector_cpu_share),
         );
     }
-    out.push_str("\nPer program (one more traced run of each cell, with run-time statistics on):\n\n");
+    out.push_str("\nPer program (of each cell's traced run with run-time statistics on whose ns per run is the median, one per pair):\n\n");
     out.push_str(
         "| workload | mode | program | runs | ns per run | recursion misses |\n|---|---|---|---|---|---|\n",
     );

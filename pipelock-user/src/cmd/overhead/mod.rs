@@ -8,8 +8,11 @@
 //! hooked modes the same hooks also get programs that do nothing (`--empty-programs`):
 //! the cost of the trampolines or kprobes alone, the floor under pipelock's.
 //! The ratios are measured without run-time statistics (they add two clock
-//! reads to every program run); one more traced run per cell, with them on,
-//! gives every program's run count and run time.
+//! reads to every program run); one more traced run per cell and pair, with
+//! them on, gives every program's run count and run time. Those runs
+//! alternate too, and the cell reports the one whose cost per run is the
+//! median: a ratio of pipelock's cost to the empty programs' taken from
+//! one run each swung by 2x on an emulated machine whose speed drifts.
 mod markdown;
 mod runs;
 
@@ -18,7 +21,7 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use self::markdown::to_markdown;
-use self::runs::{Programs, TracedBy, mode_refusal, perf_binary, scratch, traced, untraced};
+use self::runs::{Cost, Programs, TracedBy, mode_refusal, perf_binary, scratch, traced, untraced};
 use crate::{Error, bpf::AttachMode, cli::OverheadArgs, model::ProgramStats, output::Outputs};
 
 /// Targets of the overhead issue; a row that misses one says so.
@@ -109,6 +112,14 @@ pub struct Results {
     pub emulated: bool,
     /// Modes or tools that could not be measured here, and why.
     pub skipped: Vec<String>,
+}
+
+/// The run whose BPF cost per run is the median (the lower of the middle
+/// two): one real run, so its per-program table adds up to its figures.
+fn median_cost(mut costs: Vec<Cost>) -> Option<Cost> {
+    costs.sort_by(|a, b| a.ns_per_run().total_cmp(&b.ns_per_run()));
+    let middle = costs.len().checked_sub(1)? / 2;
+    Some(costs.swap_remove(middle))
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -234,6 +245,7 @@ pub fn run(options: &Options) -> Result<Results, Error> {
         tracers.extend(perf.clone().map(TracedBy::Perf));
         let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
         let mut collector: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
+        let mut costs: Vec<Vec<Cost>> = tracers.iter().map(|_| Vec::new()).collect();
         for pair in 0..options.pairs {
             eprintln!(
                 "pipelock overhead: {} pair {}/{}",
@@ -266,6 +278,18 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                 };
                 ratios[i].push(ratio(value, bare));
             }
+            // Back to back, so the empty programs' run meets the same
+            // machine as pipelock's.
+            for (i, tracer) in tracers.iter().enumerate() {
+                if let TracedBy::Pipelock { mode, programs } = tracer {
+                    eprintln!(
+                        "pipelock overhead: {} {}: run-time statistics",
+                        case.name,
+                        tracer.label()
+                    );
+                    costs[i].push(traced(*mode, *programs, true, &case)?.1);
+                }
+            }
         }
         for (i, tracer) in tracers.iter().enumerate() {
             let values = &mut ratios[i];
@@ -274,17 +298,7 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                 values.iter().copied().fold(0.0, f64::max),
             );
             let ratio_median = median(values);
-            let cost = match tracer {
-                TracedBy::Pipelock { mode, programs } => {
-                    eprintln!(
-                        "pipelock overhead: {} {}: run-time statistics",
-                        case.name,
-                        tracer.label()
-                    );
-                    Some(traced(*mode, *programs, true, &case)?.1)
-                }
-                TracedBy::Perf(_) => None,
-            };
+            let cost = median_cost(std::mem::take(&mut costs[i]));
             let runs = cost
                 .as_ref()
                 .map(|c| c.programs.iter().map(|p| p.run_count).sum::<u64>());
@@ -367,6 +381,26 @@ mod tests {
         assert_eq!(target(&callers, "pipe-herd", false), None);
         assert_eq!(floor.label(), "fentry, empty programs");
         assert_eq!(callers.label(), "tracepoint, --callers");
+    }
+
+    #[test]
+    fn the_reported_cost_is_the_run_of_median_cost_per_run() {
+        let run = |runs: u64, ns: u64| Cost {
+            programs: vec![ProgramStats {
+                name: format!("p{ns}"),
+                run_count: runs,
+                run_time_ns: ns * runs,
+                recursion_misses: 0,
+            }],
+            cpu_s: 1.0,
+            map_memory: None,
+            collector_share: None,
+        };
+        let picked = median_cost(vec![run(10, 900), run(1000, 300), run(5, 400)]).unwrap();
+        assert_eq!(picked.programs[0].name, "p400");
+        let picked = median_cost(vec![run(1, 500), run(1, 200)]).unwrap();
+        assert_eq!(picked.programs[0].name, "p200");
+        assert!(median_cost(Vec::new()).is_none());
     }
 
     #[test]

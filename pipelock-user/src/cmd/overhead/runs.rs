@@ -112,6 +112,15 @@ pub(super) struct Cost {
     pub collector_share: Option<f64>,
 }
 
+impl Cost {
+    /// BPF run time per program run, over every program (NaN: no runs).
+    pub fn ns_per_run(&self) -> f64 {
+        let runs: u64 = self.programs.iter().map(|p| p.run_count).sum();
+        let ns: u64 = self.programs.iter().map(|p| p.run_time_ns).sum();
+        ns as f64 / runs as f64
+    }
+}
+
 /// One run under `pipelock trace`; `bpf_stats` turns the kernel's run-time
 /// statistics on (for the cost table, not for a ratio).
 pub(super) fn traced(
