@@ -1821,8 +1821,15 @@ fn many_pipes_at_once_are_named_or_counted() -> Result<Outcome> {
         let made: std::collections::BTreeSet<u64> =
             made?.lines().map(str::parse).collect::<Result<_, _>>()?;
         let mut named = std::collections::BTreeSet::new();
+        // The collector keeps at most MAX_TRACKED_LOCKS locks: past that it
+        // folds the longest-idle ones into one row per class.
+        let mut retired = 0;
         for row in report["locks"].as_array().context("no locks")? {
             if row["class"] != "pipe-mutex" {
+                continue;
+            }
+            if row["pipe_ino"].is_null() && row["name"].as_str().is_some_and(|n| n.contains("retired locks")) {
+                retired += 1;
                 continue;
             }
             let ino = row["pipe_ino"]
@@ -1836,12 +1843,12 @@ fn many_pipes_at_once_are_named_or_counted() -> Result<Outcome> {
         }
         let full = report["drops"]["stats_full"].as_u64().context("no stats_full")?;
         ensure!(
-            named.len() == PIPES || full > 0,
-            "{mode}: {} of {PIPES} pipes have a row and no drop was counted",
+            named.len() == PIPES || full > 0 || retired > 0,
+            "{mode}: {} of {PIPES} pipes have a row and no drop or retired row was counted",
             named.len()
         );
         println!(
-            "  {mode}: {} of {PIPES} pipes have their own row; {full} acquisitions counted as stats_full",
+            "  {mode}: {} of {PIPES} pipes have their own row; {full} acquisitions counted as stats_full; {retired} retired-locks row",
             named.len()
         );
         covered.push(mode);
