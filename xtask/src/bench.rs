@@ -282,6 +282,8 @@ pub fn bench_overhead(
             kvm: false,
             verbose: false,
             tests: Vec::new(),
+            // One guest at a time: a second would take CPU from the one measuring.
+            jobs: 1,
         };
         for boot in crate::vm::boot_each(root, tools, &options, &guest)? {
             let table = boot

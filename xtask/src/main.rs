@@ -97,6 +97,9 @@ struct VmArgs {
     /// Only the integration tests whose name contains this (repeatable).
     #[arg(long = "test", value_name = "NAME")]
     tests: Vec<String>,
+    /// Guests at once (default: one per host CPU; each TCG guest keeps one busy).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    jobs: Option<u16>,
 }
 
 impl VmArgs {
@@ -107,8 +110,15 @@ impl VmArgs {
             kvm: self.kvm,
             verbose: self.verbose,
             tests: self.tests.clone(),
+            jobs: self.jobs.map_or_else(host_cpus, usize::from),
         }
     }
+}
+
+/// The host's CPUs: how many single-threaded TCG guests can run at once
+/// without slowing each other.
+fn host_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 fn main() -> std::process::ExitCode {
@@ -199,6 +209,25 @@ fn cargo(root: &Path, tools: &bootstrap::Tools) -> Result<Command> {
     Ok(cmd)
 }
 
+/// The host target, named: a `--target` build applies RUSTFLAGS to the
+/// target's code only (not to build scripts and proc macros) and lands in
+/// target/TARGET. Static binaries from it run in any guest (no musl target here).
+pub const TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// `cargo ARGS` for `cargo xtask test`: static binaries for the host
+/// target, the ones the VM guests run, so that one compile serves clippy,
+/// the unit tests, the host's integration tests, the guests, the soak and
+/// `pipelock ab` (a second flavour cost the run four minutes).
+fn cargo_static(root: &Path, tools: &bootstrap::Tools, args: &[&str]) -> Result<Command> {
+    let (own, passed) = args.split_at(args.iter().position(|a| *a == "--").unwrap_or(args.len()));
+    let mut cmd = cargo(root, tools)?;
+    cmd.args(own)
+        .args(["--target", TARGET])
+        .args(passed)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static");
+    Ok(cmd)
+}
+
 fn build(root: &Path) -> Result<PathBuf> {
     let tools = bootstrap::ensure(root)?;
     run(cargo(root, &tools)?.args(["build", "--release", "--package", "pipelock-user"]))?;
@@ -207,10 +236,15 @@ fn build(root: &Path) -> Result<PathBuf> {
 
 fn test(root: &Path, no_vm: bool) -> Result<()> {
     let tools = bootstrap::ensure(root)?;
-    run(cargo(root, &tools)?.args(["build", "--release", "--package", "pipelock-user"]))?;
+    let tools = &tools;
+    run(&mut cargo_static(root, tools, &["build", "--release", "--package", "pipelock-user"])?)?;
     // Default members only: pipelock-ebpf builds for the BPF target, not the host.
-    run(cargo(root, &tools)?.args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
-    run(cargo(root, &tools)?.args(["test", "--release", "--lib", "--bins"]))?;
+    run(&mut cargo_static(
+        root,
+        tools,
+        &["clippy", "--release", "--all-targets", "--", "-D", "warnings"],
+    )?)?;
+    run(&mut cargo_static(root, tools, &["test", "--release", "--lib", "--bins"])?)?;
     // perf is the independent tool the trace counts are checked against.
     // perf: the independent cross-check; tmux: the real terminal of the top view's test.
     // prometheus: the real scraper the exporter is tested against.
@@ -221,36 +255,53 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
     ])?;
     // The eBPF object check, the CLI contract and the privileged host tests;
     // prints `integration: N passed, N failed, N skipped`.
-    run(cargo(root, &tools)?.args(["test", "--release", "--test", "integration"]))?;
+    run(&mut cargo_static(root, tools, &["test", "--release", "--test", "integration"])?)?;
     if no_vm {
         println!("vm-test: 0 passed, 0 failed, 1 skipped (skipped: --no-vm)");
         println!(
             "xtask: a 60 s soak of `pipelock serve` instead of the 600 s one that runs beside the VM tests"
         );
-        return soak(root, &tools, 60)?.finish();
+        return soak(root, tools, 60)?.finish();
     }
-    // The exporter's soak runs beside the VM tests: they keep one CPU busy
-    // with qemu for longer than the soak takes, and the soak needs little.
-    let soak = soak(root, &tools, SOAK_SECONDS)?;
+    // The exporter's soak and `pipelock ab`'s tests run beside the VM tests,
+    // which take longer than either. The soak's churn has more threads than
+    // the guests (one busy thread each), so it keeps its pace; ab's tests
+    // judge counts and exit codes, not time.
+    let soak = soak(root, tools, SOAK_SECONDS)?;
+    // `pipelock ab` between two of the VM tests' kernels, fetched first.
+    let kernels = format!(
+        "{}:{}",
+        vm::kernel_image(root, "6.1")?.display(),
+        vm::kernel_image(root, "6.18")?.display()
+    );
+    let ab = Beside::start(
+        cargo_static(root, tools, &["test", "--release", "--test", "integration", "--", "ab_"])?
+            .env("PIPELOCK_AB_KERNELS", kernels),
+        root.join("target/ab.log"),
+        "`pipelock ab`'s tests",
+        |_| true,
+    )?;
     let vm_args = VmArgs {
         only: Vec::new(),
         timeout: VM_TIMEOUT_SECONDS,
         kvm: false,
         verbose: false,
         tests: Vec::new(),
+        jobs: None,
     };
-    let vms = vm::vm_test(root, &tools, &vm_args.options()).map(drop);
-    let soaked = soak.finish();
-    vms.and(soaked)?;
-    // `pipelock ab` between two of those kernels, from their cache.
-    let kernels = format!(
-        "{}:{}",
-        vm::kernel_image(root, "6.1")?.display(),
-        vm::kernel_image(root, "6.18")?.display()
-    );
-    run(cargo(root, &tools)?
-        .args(["test", "--release", "--test", "integration", "--", "ab_"])
-        .env("PIPELOCK_AB_KERNELS", kernels))
+    let results = [
+        vm::vm_test(root, tools, &vm_args.options()).map(drop),
+        soak.finish(),
+        ab.finish(),
+    ];
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| format!("{e:#}")))
+        .collect();
+    if !failed.is_empty() {
+        bail!("{}", failed.join("; "));
+    }
+    Ok(())
 }
 
 /// A kernel's boot and tests take ~280 s under TCG on a quiet host and were
@@ -261,46 +312,54 @@ const VM_TIMEOUT_SECONDS: u64 = 1200;
 /// How long `cargo xtask test` runs `pipelock serve` over churning pipes.
 const SOAK_SECONDS: u64 = 600;
 
-/// The soak of `pipelock serve` (`integration --soak SECONDS`), running.
-struct Soak {
+/// A test command running in the background, its output in a log.
+struct Beside {
     child: std::process::Child,
     log: PathBuf,
+    what: &'static str,
+    /// The log's lines to print when it is done.
+    shown: fn(&str) -> bool,
 }
 
-fn soak(root: &Path, tools: &bootstrap::Tools, seconds: u64) -> Result<Soak> {
-    let log = root.join("target/soak.log");
-    let file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
-    let mut cmd = cargo(root, tools)?;
-    cmd.args([
-        "test",
-        "--release",
-        "--test",
-        "integration",
-        "--",
-        "--soak",
-        &seconds.to_string(),
-    ])
-    .stdout(file.try_clone()?)
-    .stderr(file);
-    eprintln!("xtask: running {cmd:?} in the background ({})", log.display());
-    let child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
-    Ok(Soak { child, log })
-}
+impl Beside {
+    fn start(cmd: &mut Command, log: PathBuf, what: &'static str, shown: fn(&str) -> bool) -> Result<Self> {
+        let file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+        cmd.stdout(file.try_clone()?).stderr(file);
+        eprintln!("xtask: running {cmd:?} in the background ({})", log.display());
+        let child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
+        Ok(Self {
+            child,
+            log,
+            what,
+            shown,
+        })
+    }
 
-impl Soak {
-    /// Waits for the soak and prints its result line.
+    /// Waits for it and prints its result lines.
     fn finish(mut self) -> Result<()> {
         let status = self.child.wait()?;
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        for line in log.lines().filter(|l| l.starts_with("soak:")) {
+        for line in log.lines().filter(|l| (self.shown)(l)) {
             println!("{line}");
         }
         if !status.success() {
-            bail!(
-                "the soak of pipelock serve failed ({status}); see {}",
-                self.log.display()
-            );
+            bail!("{} failed ({status}); see {}", self.what, self.log.display());
         }
         Ok(())
     }
+}
+
+/// The soak of `pipelock serve` (`integration --soak SECONDS`), started.
+fn soak(root: &Path, tools: &bootstrap::Tools, seconds: u64) -> Result<Beside> {
+    let seconds = seconds.to_string();
+    Beside::start(
+        &mut cargo_static(
+            root,
+            tools,
+            &["test", "--release", "--test", "integration", "--", "--soak", &seconds],
+        )?,
+        root.join("target/soak.log"),
+        "the soak of pipelock serve",
+        |line| line.starts_with("soak:"),
+    )
 }

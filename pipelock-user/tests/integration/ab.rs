@@ -14,27 +14,34 @@ fn kernels() -> Option<(String, String)> {
     Some((a.to_owned(), b.to_owned()))
 }
 
-fn qemus_running() -> Result<usize> {
+/// How many qemu processes carry `tag` in their environment: the ones a
+/// `pipelock ab` started with it set (qemu inherits it), whatever else runs
+/// qemu meanwhile (`cargo xtask test` boots its VM tests beside these).
+fn qemus_tagged(tag: &str) -> Result<usize> {
     let mut count = 0;
     for entry in fs::read_dir("/proc")? {
-        let path = entry?.path().join("comm");
-        if fs::read_to_string(&path).is_ok_and(|comm| comm.starts_with("qemu-system")) {
+        let dir = entry?.path();
+        if !fs::read_to_string(dir.join("comm")).is_ok_and(|comm| comm.starts_with("qemu-system")) {
+            continue;
+        }
+        // A process that has exited meanwhile has no environment to read.
+        let environ = fs::read(dir.join("environ")).unwrap_or_default();
+        if environ.split(|b| *b == 0).any(|var| var == tag.as_bytes()) {
             count += 1;
         }
     }
     Ok(count)
 }
 
-/// `pipelock ab ARGS`: (exit code, stderr), checking that no qemu outlives it.
+/// `pipelock ab ARGS`: (exit code, stdout, stderr), checking that none of
+/// the qemu processes it started outlives it.
 fn ab(args: &[&str]) -> Result<(Option<i32>, String, String)> {
-    let before = qemus_running()?;
-    let out = run(pipelock().arg("ab").args(args))?;
-    let after = qemus_running()?;
-    ensure!(
-        after <= before,
-        "{} qemu process(es) left behind by ab {args:?}",
-        after - before
-    );
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let value = format!("{}-{call}", std::process::id());
+    let out = run(pipelock().arg("ab").args(args).env("PIPELOCK_AB_TEST_CALL", &value))?;
+    let left = qemus_tagged(&format!("PIPELOCK_AB_TEST_CALL={value}"))?;
+    ensure!(left == 0, "{left} qemu process(es) left behind by ab {args:?}");
     Ok((out.status.code(), text(&out.stdout), text(&out.stderr)))
 }
 

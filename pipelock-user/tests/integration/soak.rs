@@ -1,7 +1,7 @@
 //! A long run of `pipelock serve` over pipes and threads that never stop
 //! coming and going: memory and map fill must stay flat. Run by `cargo
-//! xtask test` beside the VM tests (`integration --soak SECONDS`), which
-//! leave this host's CPUs mostly idle; it prints what it measured.
+//! xtask test` beside the VM tests (`integration --soak SECONDS`), whose
+//! guests keep one host thread busy each; it prints what it measured.
 use std::time::{Duration, Instant};
 
 use super::{serve::*, *};

@@ -12,28 +12,18 @@ use pipelock_vm::{
     kernels::Kernel,
 };
 
-/// The host target: static binaries from it run in any guest (no musl target here).
-pub const TARGET: &str = "x86_64-unknown-linux-gnu";
-
-/// Builds `pipelock` and the integration-test binary, statically linked.
+/// Builds `pipelock` and the integration-test binary, statically linked
+/// (`cargo xtask test` has built them already: then this only asks cargo).
 pub fn build_static(root: &Path, tools: &crate::bootstrap::Tools) -> Result<(PathBuf, PathBuf)> {
-    let static_flags = "-C target-feature=+crt-static";
-    crate::run(
-        crate::cargo(root, tools)?
-            .args([
-                "build",
-                "--release",
-                "--package",
-                "pipelock-user",
-                "--bin",
-                "pipelock",
-                "--target",
-                TARGET,
-            ])
-            .env("RUSTFLAGS", static_flags),
-    )?;
-    let out = crate::cargo(root, tools)?
-        .args([
+    crate::run(&mut crate::cargo_static(
+        root,
+        tools,
+        &["build", "--release", "--package", "pipelock-user", "--bin", "pipelock"],
+    )?)?;
+    let out = crate::cargo_static(
+        root,
+        tools,
+        &[
             "test",
             "--release",
             "--package",
@@ -41,11 +31,11 @@ pub fn build_static(root: &Path, tools: &crate::bootstrap::Tools) -> Result<(Pat
             "--test",
             "integration",
             "--no-run",
-        ])
-        .args(["--target", TARGET, "--message-format=json-render-diagnostics"])
-        .env("RUSTFLAGS", static_flags)
-        .stderr(Stdio::inherit())
-        .output()?;
+            "--message-format=json-render-diagnostics",
+        ],
+    )?
+    .stderr(Stdio::inherit())
+    .output()?;
     ensure!(
         out.status.success(),
         "building the static integration tests failed"
@@ -56,7 +46,7 @@ pub fn build_static(root: &Path, tools: &crate::bootstrap::Tools) -> Result<(Pat
         .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "integration")
         .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
         .context("cargo reported no integration-test executable")?;
-    let pipelock = root.join("target").join(TARGET).join("release/pipelock");
+    let pipelock = root.join("target").join(crate::TARGET).join("release/pipelock");
     for binary in [&pipelock, &integration] {
         ensure!(is_static(binary), "{} is not statically linked", binary.display());
     }

@@ -9,6 +9,8 @@ mod image;
 use std::{
     fs,
     path::Path,
+    sync::atomic::{AtomicUsize, Ordering},
+    thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -34,6 +36,10 @@ pub struct Options {
     pub verbose: bool,
     /// Only the integration tests whose name contains one of these.
     pub tests: Vec<String>,
+    /// How many guests run at once. Each single-threaded TCG guest keeps one
+    /// host CPU busy, so more than the host's CPUs only slows them all;
+    /// benchmarks boot one at a time so that no guest measures beside another.
+    pub jobs: usize,
 }
 
 /// One kernel's boot: its name, console log, whether it timed out, and the
@@ -117,7 +123,9 @@ pub fn boot_each(
     let vm_dir = root.join("target/vm");
     let apt = PrivateApt::new(&vm_dir.join("apt"));
 
-    let mut boots = Vec::new();
+    // Fetching and packing stay in order (one package cache); the boots,
+    // which take minutes each, share out among `jobs` threads.
+    let mut guests = Vec::new();
     for kernel in selected {
         let image = match &kernel.source {
             Source::File(path) => path.clone(),
@@ -126,38 +134,72 @@ pub fn boot_each(
         let nonce = nonce();
         let initramfs = vm_dir.join(format!("initramfs-{}.cpio", kernel.name));
         write_initramfs(&initramfs, &pipelock, &integration, kernel, &nonce, guest)?;
-        let boot = qemu::boot(
-            &image,
-            &initramfs,
-            &BootOptions {
-                name: &kernel.name,
-                machine: Machine {
-                    accel: if options.kvm { Accel::Kvm } else { Accel::Tcg },
-                    ..Machine::default()
-                },
-                timeout: options.timeout,
-                echo: true,
-                verbose: options.verbose,
-            },
-        )?;
-        eprintln!(
-            "xtask: {}: qemu exited after {:.1} s",
-            kernel.name,
-            boot.took.as_secs_f64()
-        );
-        let (log, timed_out) = (boot.log, boot.timed_out);
-        fs::write(vm_dir.join(format!("{}.log", kernel.name)), &log)?;
-        if !options.verbose {
-            let _ = fs::remove_file(&initramfs);
-        }
-        boots.push(Boot {
-            kernel: kernel.name.clone(),
-            log,
-            timed_out,
-            nonce,
-        });
+        guests.push((kernel, image, initramfs, nonce));
     }
-    Ok(boots)
+    let next = AtomicUsize::new(0);
+    let boot_next = || -> Result<Vec<(usize, Boot)>> {
+        let mut done = Vec::new();
+        loop {
+            let at = next.fetch_add(1, Ordering::Relaxed);
+            let Some((kernel, image, initramfs, nonce)) = guests.get(at) else {
+                return Ok(done);
+            };
+            done.push((at, boot_one(&vm_dir, options, kernel, image, initramfs, nonce)?));
+        }
+    };
+    let jobs = options.jobs.clamp(1, guests.len().max(1));
+    let mut boots: Vec<(usize, Boot)> = thread::scope(|scope| {
+        let workers: Vec<_> = (0..jobs).map(|_| scope.spawn(boot_next)).collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().unwrap_or_else(|_| bail!("a VM boot thread panicked")))
+            .collect::<Result<Vec<_>>>()
+    })?
+    .into_iter()
+    .flatten()
+    .collect();
+    boots.sort_by_key(|(at, _)| *at);
+    Ok(boots.into_iter().map(|(_, boot)| boot).collect())
+}
+
+/// Boots one guest and keeps its console log under target/vm.
+fn boot_one(
+    vm_dir: &Path,
+    options: &Options,
+    kernel: &Kernel,
+    image: &Path,
+    initramfs: &Path,
+    nonce: &str,
+) -> Result<Boot> {
+    let boot = qemu::boot(
+        image,
+        initramfs,
+        &BootOptions {
+            name: &kernel.name,
+            machine: Machine {
+                accel: if options.kvm { Accel::Kvm } else { Accel::Tcg },
+                ..Machine::default()
+            },
+            timeout: options.timeout,
+            echo: true,
+            verbose: options.verbose,
+        },
+    )?;
+    eprintln!(
+        "xtask: {}: qemu exited after {:.1} s",
+        kernel.name,
+        boot.took.as_secs_f64()
+    );
+    fs::write(vm_dir.join(format!("{}.log", kernel.name)), &boot.log)?;
+    if !options.verbose {
+        let _ = fs::remove_file(initramfs);
+    }
+    Ok(Boot {
+        kernel: kernel.name.clone(),
+        log: boot.log,
+        timed_out: boot.timed_out,
+        nonce: nonce.to_owned(),
+    })
 }
 
 /// `xtask/vm-kernels.txt` and its kernels.

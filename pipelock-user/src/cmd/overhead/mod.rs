@@ -299,12 +299,8 @@ pub fn run(options: &Options) -> Result<Results, Error> {
             );
             let ratio_median = median(values);
             let cost = median_cost(std::mem::take(&mut costs[i]));
-            let runs = cost
-                .as_ref()
-                .map(|c| c.programs.iter().map(|p| p.run_count).sum::<u64>());
-            let run_ns = cost
-                .as_ref()
-                .map(|c| c.programs.iter().map(|p| p.run_time_ns).sum::<u64>());
+            let runs = cost.as_ref().map(Cost::runs);
+            let run_ns = cost.as_ref().map(Cost::run_ns);
             let goal = target(tracer, case.name, emulated);
             rows.push(Row {
                 workload: case.name.to_owned(),

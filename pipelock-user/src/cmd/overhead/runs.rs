@@ -113,11 +113,19 @@ pub(super) struct Cost {
 }
 
 impl Cost {
-    /// BPF run time per program run, over every program (NaN: no runs).
+    /// Program runs, over every program.
+    pub fn runs(&self) -> u64 {
+        self.programs.iter().map(|p| p.run_count).sum()
+    }
+
+    /// BPF run time, over every program.
+    pub fn run_ns(&self) -> u64 {
+        self.programs.iter().map(|p| p.run_time_ns).sum()
+    }
+
+    /// BPF run time per program run (NaN: no runs).
     pub fn ns_per_run(&self) -> f64 {
-        let runs: u64 = self.programs.iter().map(|p| p.run_count).sum();
-        let ns: u64 = self.programs.iter().map(|p| p.run_time_ns).sum();
-        ns as f64 / runs as f64
+        self.run_ns() as f64 / self.runs() as f64
     }
 }
 
