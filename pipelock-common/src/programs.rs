@@ -124,6 +124,11 @@ pub const EMPTY_FEXIT: [&str; 16] = [
 ];
 pub const EMPTY_KPROBE: &str = "empty_kprobe";
 pub const EMPTY_KRETPROBE: &str = "empty_kretprobe";
+/// Empty `tp_btf` programs on the lock contention tracepoints: tracepoint
+/// mode's floor (the tracepoint's dispatch to a BPF program, and the run-time
+/// statistics' own clock reads), measured beside `pipe_contention_*_btf`.
+pub const EMPTY_CONTENTION_BEGIN: &str = "empty_contention_begin";
+pub const EMPTY_CONTENTION_END: &str = "empty_contention_end";
 /// `sched_switch` and `sched_waking` (tp_btf): a watched lock owner's
 /// state changes (on a CPU, runnable, sleeping).
 pub const HOLDER_SWITCH: &str = "holder_switch";

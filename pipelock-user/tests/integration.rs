@@ -45,6 +45,8 @@ use serve::{
     serve_exports_what_a_trace_of_the_same_herd_sees, serve_runs_with_the_units_capabilities,
     serve_stops_on_signals_and_refuses_bad_addresses,
 };
+#[path = "integration/floor.rs"]
+mod floor;
 #[path = "integration/memory.rs"]
 mod memory;
 #[path = "integration/splice.rs"]
@@ -52,6 +54,7 @@ mod splice;
 #[path = "integration/why.rs"]
 mod why;
 use callers::{caller_and_lock_filters_keep_what_they_name, callers_and_tasks_account_for_every_acquisition};
+use floor::empty_tracepoint_programs_run_alone;
 use memory::map_memory_is_what_the_kernel_accounts;
 use splice::{
     fentry_counts_io_uring_pipe_reads, fentry_counts_splice_tee_vmsplice, kprobe_counts_io_uring_pipe_reads,
@@ -87,6 +90,7 @@ const TESTS: &[Test] = tests![
     Kernel self_test_counts_real_contention,
     Kernel saved_facts_reproduce_the_live_report,
     Kernel trace_sees_the_herds_pipe_locks,
+    Kernel empty_tracepoint_programs_run_alone,
     Kernel herds_foreign_locks_are_named,
     Kernel holder_sleeping_in_a_page_fault_is_seen_sleeping,
     Kernel holder_preempted_by_a_realtime_task_is_seen_runnable,

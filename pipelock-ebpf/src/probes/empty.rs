@@ -1,12 +1,12 @@
 //! Programs that do nothing, for `pipelock overhead`: attached at the very
-//! hooks a hooked mode uses, they measure what the attach mechanism itself
-//! (trampoline, or kprobe breakpoint) costs the workload — the floor under
-//! what pipelock's own programs add. One fentry/fexit pair per hook, because
-//! a trampoline program is verified for one target function; a kprobe
-//! program attaches anywhere.
+//! hooks a mode uses, they measure what the attach mechanism itself
+//! (trampoline, kprobe breakpoint, or tracepoint dispatch) costs the
+//! workload — the floor under what pipelock's own programs add. One
+//! fentry/fexit pair per hook, because a trampoline program is verified for
+//! one target function; a kprobe program attaches anywhere.
 use aya_ebpf::{
-    macros::{fentry, fexit, kprobe, kretprobe},
-    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe},
+    programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 
 macro_rules! empty_trampolines {
@@ -50,5 +50,15 @@ pub fn empty_kprobe(_ctx: ProbeContext) -> u32 {
 
 #[kretprobe]
 pub fn empty_kretprobe(_ctx: RetProbeContext) -> u32 {
+    0
+}
+
+#[btf_tracepoint(function = "contention_begin")]
+pub fn empty_contention_begin(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "contention_end")]
+pub fn empty_contention_end(_ctx: BtfTracePointContext) -> i32 {
     0
 }

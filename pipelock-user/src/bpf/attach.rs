@@ -239,12 +239,15 @@ pub fn holder_programs(ebpf: &mut Ebpf) -> Result<(), String> {
 }
 
 /// tp_btf first (typed arguments, cheaper), the classic tracepoint otherwise.
-pub fn contention_tracepoints(ebpf: &mut Ebpf) -> Result<TracepointKind, Error> {
+/// The empty programs are tp_btf only: their floor is measured under the
+/// programs pipelock itself prefers.
+pub fn contention_tracepoints(ebpf: &mut Ebpf, bodies: HookBodies) -> Result<TracepointKind, Error> {
+    let tp_btf_programs = match bodies {
+        HookBodies::Pipelock => [programs::PIPE_CONTENTION_BEGIN_BTF, programs::PIPE_CONTENTION_END_BTF],
+        HookBodies::Empty => [programs::EMPTY_CONTENTION_BEGIN, programs::EMPTY_CONTENTION_END],
+    };
     let tp_btf = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {
-        for (program, event) in [
-            (programs::PIPE_CONTENTION_BEGIN_BTF, "contention_begin"),
-            (programs::PIPE_CONTENTION_END_BTF, "contention_end"),
-        ] {
+        for (program, event) in tp_btf_programs.into_iter().zip(["contention_begin", "contention_end"]) {
             let prog: &mut BtfTracePoint = program_mut(ebpf, program).map_err(|e| one_line(&e))?;
             prog.load(event, &btf).map_err(|e| one_line(&e))?;
             prog.attach().map_err(|e| one_line(&e))?;
@@ -254,6 +257,11 @@ pub fn contention_tracepoints(ebpf: &mut Ebpf) -> Result<TracepointKind, Error> 
     let Err(why) = tp_btf else {
         return Ok(TracepointKind::TpBtf);
     };
+    if bodies == HookBodies::Empty {
+        return Err(Error::Usage(format!(
+            "--empty-programs in tracepoint mode needs tp_btf programs: {why}"
+        )));
+    }
     log::info!("tp_btf unavailable ({why}); using the classic tracepoints");
     for (program, event) in [
         (programs::PIPE_CONTENTION_BEGIN_TP, "contention_begin"),

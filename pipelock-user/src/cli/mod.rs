@@ -204,8 +204,8 @@ pub struct TraceArgs {
     /// add two clock reads to every program run while on).
     #[arg(long)]
     pub bpf_stats: bool,
-    /// Attach programs that do nothing at the same hooks (fentry/kprobe
-    /// modes): what the attach mechanism alone costs (`pipelock overhead`).
+    /// Attach programs that do nothing at the same hooks (with an explicit
+    /// --mode): what the attach mechanism alone costs (`pipelock overhead`).
     #[arg(long, hide = true)]
     pub empty_programs: bool,
     /// Write one CSV row per lock (times in ns; unmeasured values empty).

@@ -78,9 +78,9 @@ impl Tracer {
         ebpf_log: bool,
         bodies: HookBodies,
     ) -> Result<Self, Error> {
-        if bodies == HookBodies::Empty && !mode.is_some_and(AttachMode::is_hooked) {
+        if bodies == HookBodies::Empty && mode.is_none() {
             return Err(Error::Usage(
-                "--empty-programs needs --mode fentry or --mode kprobe".to_owned(),
+                "--empty-programs needs --mode fentry, kprobe or tracepoint".to_owned(),
             ));
         }
         let mut tracer = Self::load_and_attach(mode, filters, ebpf_log, bodies)?;
@@ -145,7 +145,7 @@ impl Tracer {
             Some(AttachMode::Tracepoint) => (
                 attached(
                     AttachMode::Tracepoint,
-                    Some(bpf::attach::contention_tracepoints(&mut ebpf)?),
+                    Some(bpf::attach::contention_tracepoints(&mut ebpf, bodies)?),
                     None,
                 ),
                 Vec::new(),
@@ -163,7 +163,7 @@ impl Tracer {
                         Ok(notes) => (attached(AttachMode::Kprobe, None, Some(why)), notes),
                         Err(kprobe_err) => {
                             (ebpf, log) = load()?;
-                            let kind = bpf::attach::contention_tracepoints(&mut ebpf)?;
+                            let kind = bpf::attach::contention_tracepoints(&mut ebpf, bodies)?;
                             let why = format!("{why}; kprobe: {}", one_line(&kprobe_err));
                             (
                                 attached(AttachMode::Tracepoint, Some(kind), Some(why)),

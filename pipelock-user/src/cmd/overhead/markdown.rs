@@ -1,7 +1,8 @@
 //! `pipelock overhead`'s tables as markdown (docs/benchmarks.md).
 use std::fmt::Write as _;
 
-use super::{BPF_SHARE_TARGET, COLLECTOR_TARGET, Results};
+use super::{BPF_SHARE_TARGET, COLLECTOR_TARGET, Results, Row};
+use crate::model::ProgramStats;
 
 fn percent(share: Option<f64>) -> String {
     share.map_or_else(|| "–".to_owned(), |s| format!("{:.2} %", s * 100.0))
@@ -85,10 +86,18 @@ pub fn to_markdown(results: &Results) -> String {
                 r.workload == row.workload && r.tracer == format!("{}, empty programs", row.tracer)
             });
             if let Some(floor) = floor {
+                let per_run = match (row.bpf_ns_per_run, floor.bpf_ns_per_run) {
+                    (Some(ours), Some(empty)) if empty > 0.0 => format!(
+                        "; per run {ours:.0} ns against {empty:.0} ns ({:.1}× the floor)",
+                        ours / empty
+                    ),
+                    _ => String::new(),
+                };
                 lines.push(format!(
-                    "- {} {}: empty programs on the same hooks alone give {:.3}; pipelock's programs {:.3}",
+                    "- {} {}: empty programs on the same hooks alone give {:.3}; pipelock's programs {:.3}{per_run}",
                     row.workload, row.tracer, floor.ratio_median, row.ratio_median
                 ));
+                lines.extend(same_event(row, floor));
             }
             if let Some(c) = row.collector_cpu_share {
                 // An emulated CPU runs the collector tens of times slower
@@ -120,10 +129,39 @@ pub fn to_markdown(results: &Results) -> String {
     out
 }
 
+/// Tracepoint mode's programs against the empty ones on the same event:
+/// the average per run would mix in the scheduler programs, which the
+/// empty run does not attach.
+fn same_event(row: &Row, floor: &Row) -> Vec<String> {
+    use pipelock_common::programs::{
+        EMPTY_CONTENTION_BEGIN, EMPTY_CONTENTION_END, PIPE_CONTENTION_BEGIN_BTF, PIPE_CONTENTION_END_BTF,
+    };
+    let per_run = |rows: &[ProgramStats], name: &str| {
+        rows.iter()
+            .find(|p| p.name == name && p.run_count > 0)
+            .map(|p| p.run_time_ns as f64 / p.run_count as f64)
+    };
+    [
+        ("contention_begin", PIPE_CONTENTION_BEGIN_BTF, EMPTY_CONTENTION_BEGIN),
+        ("contention_end", PIPE_CONTENTION_END_BTF, EMPTY_CONTENTION_END),
+    ]
+    .into_iter()
+    .filter_map(|(event, ours, empty)| {
+        let (ours, empty) = (per_run(&row.programs, ours)?, per_run(&floor.programs, empty)?);
+        Some(format!(
+            "- {} {}: `{event}` {ours:.0} ns per run against an empty program's {empty:.0} ns ({:.1}×)",
+            row.workload,
+            row.tracer,
+            ours / empty
+        ))
+    })
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::overhead::{FENTRY_TARGET, Row};
+    use crate::cmd::overhead::FENTRY_TARGET;
 
     fn row(workload: &str, tracer: &str, ratio: f64, collector: f64) -> Row {
         Row {
@@ -142,9 +180,30 @@ mod tests {
         }
     }
 
+    fn program(name: &str, runs: u64, ns: u64) -> ProgramStats {
+        ProgramStats {
+            name: name.to_owned(),
+            run_count: runs,
+            run_time_ns: runs * ns,
+            recursion_misses: 0,
+        }
+    }
+
     fn results(emulated: bool) -> Results {
         let mut fentry = row("pipe-throughput", "fentry", 0.3, 0.05);
         fentry.target = Some((FENTRY_TARGET, false));
+        fentry.bpf_ns_per_run = Some(350.0);
+        let mut tracepoint = row("pipe-herd", "tracepoint", 0.97, 0.005);
+        tracepoint.programs = vec![
+            program("pipe_contention_begin_btf", 1000, 500),
+            program("pipe_contention_end_btf", 1000, 250),
+            program("holder_switch", 500, 80),
+        ];
+        let mut tracepoint_floor = row("pipe-herd", "tracepoint, empty programs", 0.99, 0.004);
+        tracepoint_floor.programs = vec![
+            program("empty_contention_begin", 1200, 125),
+            program("empty_contention_end", 1200, 100),
+        ];
         Results {
             kernel: "6.12".to_owned(),
             cpu: "QEMU TCG CPU".to_owned(),
@@ -154,6 +213,8 @@ mod tests {
             rows: vec![
                 fentry,
                 row("pipe-throughput", "fentry, empty programs", 0.6, 0.02),
+                tracepoint,
+                tracepoint_floor,
             ],
             emulated,
             skipped: vec!["kprobe: no kprobe PMU".to_owned()],
@@ -170,7 +231,18 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("empty programs on the same hooks alone give 0.600; pipelock's programs 0.300"),
+            md.contains(
+                "empty programs on the same hooks alone give 0.600; pipelock's programs 0.300; \
+                 per run 350 ns against 100 ns (3.5× the floor)"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("pipe-herd tracepoint: `contention_begin` 500 ns per run against an empty program's 125 ns (4.0×)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("pipe-herd tracepoint: `contention_end` 250 ns per run against an empty program's 100 ns (2.5×)"),
             "{md}"
         );
         assert!(

@@ -5,8 +5,9 @@
 //! and beside them under `perf lock record` when perf is installed. Ratios
 //! are traced/untraced throughput (for the herd, untraced/traced time), so
 //! 1.0 means free. Traced runs use `--interval 1`, like `pipelock top`. In the
-//! hooked modes the same hooks also get programs that do nothing (`--empty-programs`):
-//! the cost of the trampolines or kprobes alone, the floor under pipelock's.
+//! hooked modes (and tracepoint mode on real hardware) the same hooks also get
+//! programs that do nothing (`--empty-programs`): the cost of the trampolines,
+//! kprobes or tracepoint dispatch alone, the floor under pipelock's.
 //! The ratios are measured without run-time statistics (they add two clock
 //! reads to every program run); one more traced run per cell and pair, with
 //! them on, gives every program's run count and run time. Those runs
@@ -226,7 +227,9 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                 mode,
                 programs: Programs::Default,
             });
-            if mode.is_hooked() {
+            // Tracepoint mode's floor on real hardware only: in the VMs,
+            // fentry is the mode in use and the run is long enough.
+            if mode.is_hooked() || !emulated {
                 tracers.push(TracedBy::Pipelock {
                     mode,
                     programs: Programs::Empty,
