@@ -257,9 +257,10 @@ pub fn bench_overhead(
          target/bench/). Each cell alternates an untraced and a traced run of the same workload (A B A B …); the \
          ratio is traced/untraced throughput (for pipe-herd, untraced/traced time), so 1.000 means free. \
          Traced runs refresh every second (`--interval 1`, like `pipelock top`). In the hooked modes \
-         (fentry, kprobe) the same hooks are also measured with programs that return at once \
-         (`empty programs`): what the trampolines or kprobes alone cost, the floor under pipelock's own \
-         programs. On this host the herd is also traced with `--callers` (a kernel stack unwound per \
+         (fentry, kprobe), and in tracepoint mode on this host, the same hooks are also measured with \
+         programs that return at once (`empty programs`): what the trampolines, kprobes or tracepoint \
+         dispatch alone cost, the floor under pipelock's own programs (a herd's ratio moves with how its \
+         processes happen to be scheduled, more than with either's cost). On this host the herd is also traced with `--callers` (a kernel stack unwound per \
          recorded acquisition), the opt-in cost a user weighs before turning it on; the default programs \
          include the holder-state ones on `sched_switch` and `sched_waking`. Ratios are measured with the kernel's run-time statistics off; one more traced run \
          per cell and pair, with them on (a scoped `BPF_ENABLE_STATS` descriptor), gives BPF runs and run \

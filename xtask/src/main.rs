@@ -228,6 +228,10 @@ fn cargo_static(root: &Path, tools: &bootstrap::Tools, args: &[&str]) -> Result<
     Ok(cmd)
 }
 
+/// `cargo xtask test`'s build of pipelock and of the integration tests.
+const BUILD: &[&str] = &["build", "--release", "--package", "pipelock-user"];
+const INTEGRATION: &[&str] = &["test", "--release", "--test", "integration"];
+
 fn build(root: &Path) -> Result<PathBuf> {
     let tools = bootstrap::ensure(root)?;
     run(cargo(root, &tools)?.args(["build", "--release", "--package", "pipelock-user"]))?;
@@ -237,7 +241,7 @@ fn build(root: &Path) -> Result<PathBuf> {
 fn test(root: &Path, no_vm: bool) -> Result<()> {
     let tools = bootstrap::ensure(root)?;
     let tools = &tools;
-    run(&mut cargo_static(root, tools, &["build", "--release", "--package", "pipelock-user"])?)?;
+    run(&mut cargo_static(root, tools, BUILD)?)?;
     // Default members only: pipelock-ebpf builds for the BPF target, not the host.
     run(&mut cargo_static(
         root,
@@ -255,7 +259,7 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
     ])?;
     // The eBPF object check, the CLI contract and the privileged host tests;
     // prints `integration: N passed, N failed, N skipped`.
-    run(&mut cargo_static(root, tools, &["test", "--release", "--test", "integration"])?)?;
+    run(&mut cargo_static(root, tools, INTEGRATION)?)?;
     if no_vm {
         println!("vm-test: 0 passed, 0 failed, 1 skipped (skipped: --no-vm)");
         println!(
@@ -275,7 +279,7 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
         vm::kernel_image(root, "6.18")?.display()
     );
     let ab = Beside::start(
-        cargo_static(root, tools, &["test", "--release", "--test", "integration", "--", "ab_"])?
+        cargo_static(root, tools, &[INTEGRATION, &["--", "ab_"]].concat())?
             .env("PIPELOCK_AB_KERNELS", kernels),
         root.join("target/ab.log"),
         "`pipelock ab`'s tests",
@@ -353,11 +357,7 @@ impl Beside {
 fn soak(root: &Path, tools: &bootstrap::Tools, seconds: u64) -> Result<Beside> {
     let seconds = seconds.to_string();
     Beside::start(
-        &mut cargo_static(
-            root,
-            tools,
-            &["test", "--release", "--test", "integration", "--", "--soak", &seconds],
-        )?,
+        &mut cargo_static(root, tools, &[INTEGRATION, &["--", "--soak", &seconds]].concat())?,
         root.join("target/soak.log"),
         "the soak of pipelock serve",
         |line| line.starts_with("soak:"),

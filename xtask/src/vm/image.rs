@@ -12,28 +12,16 @@ use pipelock_vm::{
     kernels::Kernel,
 };
 
-/// Builds `pipelock` and the integration-test binary, statically linked
-/// (`cargo xtask test` has built them already: then this only asks cargo).
+/// Builds `pipelock` and the integration-test binary, statically linked.
+/// `cargo xtask test` has built them already with these very commands, so
+/// cargo finds them fresh: another package selection would resolve features
+/// anew and relink the binaries under the soak and `pipelock ab` running
+/// beside the guests.
 pub fn build_static(root: &Path, tools: &crate::bootstrap::Tools) -> Result<(PathBuf, PathBuf)> {
-    crate::run(&mut crate::cargo_static(
-        root,
-        tools,
-        &["build", "--release", "--package", "pipelock-user", "--bin", "pipelock"],
-    )?)?;
-    let out = crate::cargo_static(
-        root,
-        tools,
-        &[
-            "test",
-            "--release",
-            "--package",
-            "pipelock-user",
-            "--test",
-            "integration",
-            "--no-run",
-            "--message-format=json-render-diagnostics",
-        ],
-    )?
+    crate::run(&mut crate::cargo_static(root, tools, crate::BUILD)?)?;
+    let mut test_build = crate::INTEGRATION.to_vec();
+    test_build.extend(["--no-run", "--message-format=json-render-diagnostics"]);
+    let out = crate::cargo_static(root, tools, &test_build)?
     .stderr(Stdio::inherit())
     .output()?;
     ensure!(

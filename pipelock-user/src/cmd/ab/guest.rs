@@ -160,10 +160,10 @@ if [ $rc = 0 ]; then /pipelock ab-emit {nonce} result {RESULT}; else echo "exit 
 
 /// The initramfs of one boot: this binary and its libraries, `script`.
 pub fn write_image(dest: &Path, nonce: &str, script: &str) -> Result<(), Error> {
-    let exe = std::env::current_exe().map_err(|source| Error::Io {
-        what: "finding pipelock's own binary",
-        source,
-    })?;
+    // The running image, even if its file was replaced meanwhile (a
+    // rebuild while `ab` runs): the kernel keeps the inode while it runs.
+    // Not /proc/self: ldd opens the path from its own process.
+    let exe = PathBuf::from(format!("/proc/{}/exe", std::process::id()));
     let files: Vec<GuestFile> = image::binary_with_libraries(&exe, "pipelock").map_err(vm_err)?;
     let init = image::init_script(
         "pipelock-ab",
