@@ -1832,7 +1832,8 @@ fn many_pipes_at_once_are_named_or_counted() -> Result<Outcome> {
             if row["class"] != "pipe-mutex" {
                 continue;
             }
-            if row["pipe_ino"].is_null() && row["name"].as_str().is_some_and(|n| n.contains("retired locks")) {
+            if row["pipe_ino"].is_null() && row["name"].as_str().is_some_and(|n| n.contains("retired locks"))
+            {
                 retired += 1;
                 continue;
             }

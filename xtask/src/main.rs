@@ -248,7 +248,11 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
         tools,
         &["clippy", "--release", "--all-targets", "--", "-D", "warnings"],
     )?)?;
-    run(&mut cargo_static(root, tools, &["test", "--release", "--lib", "--bins"])?)?;
+    run(&mut cargo_static(
+        root,
+        tools,
+        &["test", "--release", "--lib", "--bins"],
+    )?)?;
     // perf is the independent tool the trace counts are checked against.
     // perf: the independent cross-check; tmux: the real terminal of the top view's test.
     // prometheus: the real scraper the exporter is tested against.

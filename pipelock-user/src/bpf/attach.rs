@@ -243,11 +243,17 @@ pub fn holder_programs(ebpf: &mut Ebpf) -> Result<(), String> {
 /// programs pipelock itself prefers.
 pub fn contention_tracepoints(ebpf: &mut Ebpf, bodies: HookBodies) -> Result<TracepointKind, Error> {
     let tp_btf_programs = match bodies {
-        HookBodies::Pipelock => [programs::PIPE_CONTENTION_BEGIN_BTF, programs::PIPE_CONTENTION_END_BTF],
+        HookBodies::Pipelock => [
+            programs::PIPE_CONTENTION_BEGIN_BTF,
+            programs::PIPE_CONTENTION_END_BTF,
+        ],
         HookBodies::Empty => [programs::EMPTY_CONTENTION_BEGIN, programs::EMPTY_CONTENTION_END],
     };
     let tp_btf = Btf::from_sys_fs().map_err(|e| one_line(&e)).and_then(|btf| {
-        for (program, event) in tp_btf_programs.into_iter().zip(["contention_begin", "contention_end"]) {
+        for (program, event) in tp_btf_programs
+            .into_iter()
+            .zip(["contention_begin", "contention_end"])
+        {
             let prog: &mut BtfTracePoint = program_mut(ebpf, program).map_err(|e| one_line(&e))?;
             prog.load(event, &btf).map_err(|e| one_line(&e))?;
             prog.attach().map_err(|e| one_line(&e))?;

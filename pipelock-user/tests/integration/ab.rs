@@ -39,7 +39,10 @@ fn ab(args: &[&str]) -> Result<(Option<i32>, String, String)> {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let value = format!("{}-{call}", std::process::id());
-    let out = run(pipelock().arg("ab").args(args).env("PIPELOCK_AB_TEST_CALL", &value))?;
+    let out = run(pipelock()
+        .arg("ab")
+        .args(args)
+        .env("PIPELOCK_AB_TEST_CALL", &value))?;
     let left = qemus_tagged(&format!("PIPELOCK_AB_TEST_CALL={value}"))?;
     ensure!(left == 0, "{left} qemu process(es) left behind by ab {args:?}");
     Ok((out.status.code(), text(&out.stdout), text(&out.stderr)))

@@ -21,7 +21,10 @@ pub(super) fn empty_tracepoint_programs_run_alone() -> Result<Outcome> {
             .and_then(|p| p["run_count"].as_u64())
             .unwrap_or(0)
     };
-    let (begins, ends) = (runs(programs::EMPTY_CONTENTION_BEGIN), runs(programs::EMPTY_CONTENTION_END));
+    let (begins, ends) = (
+        runs(programs::EMPTY_CONTENTION_BEGIN),
+        runs(programs::EMPTY_CONTENTION_END),
+    );
     ensure!(
         begins > 0 && ends > 0,
         "a herd of 32 on one pipe, yet the empty programs ran {begins} and {ends} times: {programs:?}"
@@ -33,12 +36,17 @@ pub(super) fn empty_tracepoint_programs_run_alone() -> Result<Outcome> {
         .filter_map(|p| p["name"].as_str())
         .filter(|name| !name.starts_with("empty_") && !name.starts_with("follow_"))
         .collect();
-    ensure!(others.is_empty(), "pipelock's own programs ran beside the empty ones: {others:?}");
+    ensure!(
+        others.is_empty(),
+        "pipelock's own programs ran beside the empty ones: {others:?}"
+    );
     ensure!(
         report["locks"].as_array().is_some_and(Vec::is_empty),
         "lock rows from empty programs: {}",
         report["locks"]
     );
-    println!("  tracepoint, empty programs: {begins} contention_begin and {ends} contention_end runs, nothing else");
+    println!(
+        "  tracepoint, empty programs: {begins} contention_begin and {ends} contention_end runs, nothing else"
+    );
     Ok(Outcome::Passed)
 }

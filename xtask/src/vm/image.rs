@@ -22,8 +22,8 @@ pub fn build_static(root: &Path, tools: &crate::bootstrap::Tools) -> Result<(Pat
     let mut test_build = crate::INTEGRATION.to_vec();
     test_build.extend(["--no-run", "--message-format=json-render-diagnostics"]);
     let out = crate::cargo_static(root, tools, &test_build)?
-    .stderr(Stdio::inherit())
-    .output()?;
+        .stderr(Stdio::inherit())
+        .output()?;
     ensure!(
         out.status.success(),
         "building the static integration tests failed"

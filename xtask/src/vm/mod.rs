@@ -155,7 +155,11 @@ pub fn boot_each(
         let workers: Vec<_> = (0..jobs).map(|_| scope.spawn(boot_next)).collect();
         workers
             .into_iter()
-            .map(|worker| worker.join().unwrap_or_else(|_| bail!("a VM boot thread panicked")))
+            .map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|_| bail!("a VM boot thread panicked"))
+            })
             .collect::<Result<Vec<_>>>()
     })?
     .into_iter()

@@ -142,7 +142,11 @@ fn same_event(row: &Row, floor: &Row) -> Vec<String> {
             .map(|p| p.run_time_ns as f64 / p.run_count as f64)
     };
     [
-        ("contention_begin", PIPE_CONTENTION_BEGIN_BTF, EMPTY_CONTENTION_BEGIN),
+        (
+            "contention_begin",
+            PIPE_CONTENTION_BEGIN_BTF,
+            EMPTY_CONTENTION_BEGIN,
+        ),
         ("contention_end", PIPE_CONTENTION_END_BTF, EMPTY_CONTENTION_END),
     ]
     .into_iter()
