@@ -2361,9 +2361,25 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
         "{contended} contended mutex acquisitions but only {nonzero_waits} timed waits: {mutex}"
     );
     // Every contended wait is some owner's: the mutex's from its owner
-    // field, a spinlock's from its last releaser.
+    // field, a spinlock's from its last releaser. Exactly, but for runs the
+    // kernel says it skipped on that lock's path (`recursion_misses`: under
+    // 6.18's lazy preemption a fentry program preempted mid-run makes its CPU
+    // skip it until it resumes), each of which can lose an acquisition whose
+    // owner row was kept.
+    let skipped_where = |on_path: fn(&str) -> bool| -> u64 {
+        report["programs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["name"].as_str().is_some_and(on_path))
+            .filter_map(|p| p["recursion_misses"].as_u64())
+            .sum()
+    };
     let mut owners_line = String::new();
-    for row in [mutex, rd] {
+    for (row, skipped) in [
+        (mutex, skipped_where(|p| !p.contains("spin_"))),
+        (rd, skipped_where(|p| p.contains("spin_") || p.contains("contention"))),
+    ] {
         let contended = row["contentions"].as_u64().unwrap_or(0);
         let owned: u64 = row["owners"]
             .as_array()
@@ -2372,8 +2388,9 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
             .filter_map(|o| o["waits"].as_u64())
             .sum();
         ensure!(
-            owned == contended,
-            "{} contended acquisitions of {} but {owned} waits among its owners: {}",
+            owned.abs_diff(contended) <= skipped,
+            "{} contended acquisitions of {} but {owned} waits among its owners \
+             ({skipped} runs skipped on its path): {}",
             contended,
             row["class"],
             row["owners"]
@@ -2383,8 +2400,13 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
                 "; {} never contended here: its owners not exercised",
                 row["class"]
             )
-        } else {
+        } else if owned == contended {
             format!("; {} owners cover its {contended} waits", row["class"])
+        } else {
+            format!(
+                "; {} owners cover {owned} of its {contended} waits ({skipped} runs skipped on its path)",
+                row["class"]
+            )
         });
     }
     println!(
