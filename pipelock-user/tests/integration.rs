@@ -2378,7 +2378,10 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
     let mut owners_line = String::new();
     for (row, skipped) in [
         (mutex, skipped_where(|p| !p.contains("spin_"))),
-        (rd, skipped_where(|p| p.contains("spin_") || p.contains("contention"))),
+        (
+            rd,
+            skipped_where(|p| p.contains("spin_") || p.contains("contention")),
+        ),
     ] {
         let contended = row["contentions"].as_u64().unwrap_or(0);
         let owned: u64 = row["owners"]
