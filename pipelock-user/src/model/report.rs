@@ -158,6 +158,13 @@ pub struct ProgramStats {
     pub recursion_misses: u64,
 }
 
+impl ProgramStats {
+    /// Run time per run (NaN: no runs).
+    pub fn ns_per_run(&self) -> f64 {
+        self.run_time_ns as f64 / self.run_count as f64
+    }
+}
+
 /// One collector tick: the interval just ended and everything since attach.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {

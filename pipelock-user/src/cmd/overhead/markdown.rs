@@ -58,7 +58,7 @@ pub fn to_markdown(results: &Results) -> String {
                 row.tracer,
                 p.name,
                 p.run_count,
-                p.run_time_ns as f64 / p.run_count as f64,
+                p.ns_per_run(),
                 p.recursion_misses
             );
         }
@@ -86,8 +86,12 @@ pub fn to_markdown(results: &Results) -> String {
                 r.workload == row.workload && r.tracer == format!("{}, empty programs", row.tracer)
             });
             if let Some(floor) = floor {
+                // Per event where the floor has one program per event: an
+                // average over every program would mix in tracepoint mode's
+                // scheduler programs, which the empty run does not attach.
+                let events = same_event(row, floor);
                 let per_run = match (row.bpf_ns_per_run, floor.bpf_ns_per_run) {
-                    (Some(ours), Some(empty)) if empty > 0.0 => format!(
+                    (Some(ours), Some(empty)) if empty > 0.0 && events.is_empty() => format!(
                         "; per run {ours:.0} ns against {empty:.0} ns ({:.1}× the floor)",
                         ours / empty
                     ),
@@ -97,7 +101,7 @@ pub fn to_markdown(results: &Results) -> String {
                     "- {} {}: empty programs on the same hooks alone give {:.3}; pipelock's programs {:.3}{per_run}",
                     row.workload, row.tracer, floor.ratio_median, row.ratio_median
                 ));
-                lines.extend(same_event(row, floor));
+                lines.extend(events);
             }
             if let Some(c) = row.collector_cpu_share {
                 // An emulated CPU runs the collector tens of times slower
@@ -129,9 +133,7 @@ pub fn to_markdown(results: &Results) -> String {
     out
 }
 
-/// Tracepoint mode's programs against the empty ones on the same event:
-/// the average per run would mix in the scheduler programs, which the
-/// empty run does not attach.
+/// Tracepoint mode's programs against the empty ones on the same event.
 fn same_event(row: &Row, floor: &Row) -> Vec<String> {
     use pipelock_common::programs::{
         EMPTY_CONTENTION_BEGIN, EMPTY_CONTENTION_END, PIPE_CONTENTION_BEGIN_BTF, PIPE_CONTENTION_END_BTF,
@@ -139,7 +141,7 @@ fn same_event(row: &Row, floor: &Row) -> Vec<String> {
     let per_run = |rows: &[ProgramStats], name: &str| {
         rows.iter()
             .find(|p| p.name == name && p.run_count > 0)
-            .map(|p| p.run_time_ns as f64 / p.run_count as f64)
+            .map(ProgramStats::ns_per_run)
     };
     [
         (
@@ -241,6 +243,7 @@ mod tests {
             ),
             "{md}"
         );
+        assert!(!md.contains("pipe-herd tracepoint: empty programs on the same hooks alone give 0.990; pipelock's programs 0.970; per run"), "{md}");
         assert!(
             md.contains("pipe-herd tracepoint: `contention_begin` 500 ns per run against an empty program's 125 ns (4.0×)"),
             "{md}"

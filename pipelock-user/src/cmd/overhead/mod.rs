@@ -227,8 +227,8 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                 mode,
                 programs: Programs::Default,
             });
-            // Tracepoint mode's floor on real hardware only: in the VMs,
-            // fentry is the mode in use and the run is long enough.
+            // Tracepoint mode's floor on real hardware only: in the VMs
+            // fentry is the mode users get, and the run is long already.
             if mode.is_hooked() || !emulated {
                 tracers.push(TracedBy::Pipelock {
                     mode,
