@@ -32,6 +32,12 @@ pub mod task_filter {
     pub const BY_TID: u32 = 2;
 }
 
+/// The immediate of every `bpf_rdonly_cast` kfunc call in the object, as
+/// compiled. The aya 0.14 loader relocates no kfunc calls, so userspace
+/// writes the kfunc's BTF id over this mark before loading (or, on a
+/// kernel without the kfunc, turns the call into `r0 = 0`).
+pub const RDONLY_CAST_MARK: u32 = 0x7a11_ca57;
+
 /// Name of the global holding the [`TraceConfig`] (set by userspace at load).
 pub const TRACE_CONFIG_GLOBAL: &str = "TRACE_CONFIG";
 
@@ -138,6 +144,18 @@ pub struct TraceConfig {
     /// preemption), so a fentry program runs to its end once started and
     /// a mutex release may update this CPU's front with plain adds.
     pub runs_unpreempted: u32,
+    /// BTF type ids of `struct file`, `inode`, `mutex` and `task_struct` in
+    /// the kernel's BTF, for `bpf_rdonly_cast`: a kernel address cast to
+    /// one reads its members with plain loads. Unused where userspace
+    /// replaced the kfunc call (a kernel without it: before 6.2).
+    pub btf_file: u32,
+    pub btf_inode: u32,
+    /// `struct kiocb`: its `ki_filp` is a `struct file *`, so an fd
+    /// array's slot `fd[n]` reads as a typed file pointer when the slot's
+    /// address less `kiocb_filp` is cast to a kiocb.
+    pub btf_kiocb: u32,
+    pub btf_mutex: u32,
+    pub btf_task: u32,
 }
 
 /// A contended acquisition in progress (`lock` 0: a free entry).

@@ -17,9 +17,8 @@ const S_IFIFO: u16 = 0o010000;
 const NR_OPEN: u64 = 1 << 20;
 
 /// The current task's `struct file` at `fd`. Typed loads down to the fd
-/// array (task, files, fd table: members of known structs); the array's
-/// element is a pointer to a pointer, which the verifier does not type, so
-/// it takes one probe read.
+/// array (task, files, fd table: members of known structs), and the array's
+/// element too where the kernel has `bpf_rdonly_cast`; else a probe read.
 #[inline(always)]
 pub(crate) fn file_of_fd(cfg: &TraceConfig, fd: u64) -> Option<u64> {
     let fdt = Typed::current_task()
@@ -29,14 +28,30 @@ pub(crate) fn file_of_fd(cfg: &TraceConfig, fd: u64) -> Option<u64> {
     if fd >= max_fds || fd >= NR_OPEN {
         return None;
     }
-    let file = read::<u64>(fdt.word(cfg.fdt_fd) + fd * 8)?;
+    let slot = fdt.word(cfg.fdt_fd) + fd * 8;
+    // The slot is a `struct file *` the verifier cannot type (the array is
+    // a pointer to pointers); read as the `ki_filp` of a kiocb laid over it,
+    // it is one.
+    if let Some(kiocb) = Typed::cast(slot - cfg.kiocb_filp as u64, cfg.btf_kiocb) {
+        return kiocb.pointer(cfg.kiocb_filp).map(Typed::address);
+    }
+    let file = read::<u64>(slot)?;
     (file != 0).then_some(file)
 }
 
 /// `(pipe_inode_info, inode number)` of a pipe or FIFO file: a FIFO inode
-/// says it is one, and its `private_data` is the pipe.
+/// says it is one, and its `private_data` is the pipe. Plain loads where
+/// the kernel has `bpf_rdonly_cast`, else two probe reads.
 #[inline(always)]
 pub(crate) fn pipe_of_file(cfg: &TraceConfig, file: u64) -> Option<(u64, u64)> {
+    if let Some(file) = Typed::cast(file, cfg.btf_file) {
+        let inode = file.pointer(cfg.file_inode)?;
+        if inode.quarter(cfg.inode_mode) & S_IFMT != S_IFIFO {
+            return None;
+        }
+        let pipe = file.word(cfg.file_private_data);
+        return (pipe != 0).then_some((pipe, inode.word(cfg.inode_ino)));
+    }
     let (inode, pipe) = read_words(file, cfg.file_inode, cfg.file_private_data)?;
     let (mode, ino) = read_words(inode, cfg.inode_mode, cfg.inode_ino)?;
     if mode as u16 & S_IFMT != S_IFIFO {

@@ -10,6 +10,9 @@
     internal_features,
     reason = "core_intrinsics, for atomic adds on the BPF target"
 )]
+// `asm!` on BPF: the one kfunc call (`typed::Typed::cast`) is written as
+// raw instruction bytes.
+#![feature(asm_experimental_arch)]
 
 mod files;
 mod front;

@@ -65,6 +65,11 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
     filter_comm_set: 0,
     filter_comm: [0; 16],
     runs_unpreempted: 0,
+    btf_file: 0,
+    btf_inode: 0,
+    btf_kiocb: 0,
+    btf_mutex: 0,
+    btf_task: 0,
 };
 
 /// Zeroed template for a lock's first per-CPU entry (too big for the stack).

@@ -20,6 +20,7 @@ use aya_ebpf::{
     macros::map,
     maps::PerCpuArray,
 };
+use pipelock_common::RDONLY_CAST_MARK;
 
 /// A kernel object whose type the verifier knows.
 #[derive(Clone, Copy)]
@@ -65,6 +66,53 @@ impl Typed {
     #[inline(always)]
     pub(crate) fn half(self, offset: u32) -> u32 {
         self.load(offset)
+    }
+
+    /// The object's address, as a number to hand on (a probe read, or
+    /// [`Typed::cast`] again, takes it).
+    #[inline(always)]
+    pub(crate) fn address(self) -> u64 {
+        self.0 as u64
+    }
+
+    /// A 2-byte member.
+    #[inline(always)]
+    pub(crate) fn quarter(self, offset: u32) -> u16 {
+        self.load(offset)
+    }
+
+    /// The kernel object at `address`, of BTF type `btf_id` (a
+    /// `TraceConfig::btf_*` field, a constant to the verifier), through the
+    /// `bpf_rdonly_cast` kfunc (6.2+): its members read with plain,
+    /// fault-guarded loads where `bpf_probe_read_kernel` is a helper call.
+    /// None where the kernel has no such kfunc (userspace turned the call
+    /// into `r0 = 0`, and the verifier prunes the typed path) or `address`
+    /// is 0: the caller reads the object with probe reads instead.
+    ///
+    /// The call is written as raw bytes: Rust has no `__ksym` externs, and
+    /// the aya 0.14 loader relocates no kfunc calls, so userspace writes the
+    /// kfunc's BTF id over [`RDONLY_CAST_MARK`] (see `bpf::object`).
+    #[inline(always)]
+    pub(crate) fn cast(address: u64, btf_id: u32) -> Option<Self> {
+        let cast: u64;
+        // SAFETY: a kfunc call with the BPF calling convention (arguments
+        // in r1 and r2, result in r0, r1-r5 clobbered); it reads nothing.
+        unsafe {
+            core::arch::asm!(
+                // code 0x85 (call), src_reg 2 (BPF_PSEUDO_KFUNC_CALL), off 0
+                // (the kernel's own BTF), imm the mark.
+                ".8byte ({mark} << 32) | 0x2085",
+                mark = const RDONLY_CAST_MARK,
+                inlateout("r1") address => _,
+                inlateout("r2") u64::from(btf_id) => _,
+                lateout("r0") cast,
+                lateout("r3") _,
+                lateout("r4") _,
+                lateout("r5") _,
+                options(nostack, readonly),
+            );
+        }
+        (cast != 0).then_some(Self(cast as *const u8))
     }
 }
 

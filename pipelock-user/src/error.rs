@@ -29,6 +29,9 @@ pub enum Error {
     /// The kernel's BTF lacks a struct member pipelock reads.
     #[error("kernel BTF has no {type_name}.{member}")]
     KernelType { type_name: String, member: String },
+    /// The kernel's BTF lacks a struct pipelock reads.
+    #[error("kernel BTF has no struct {0}")]
+    KernelStruct(String),
     /// The embedded eBPF object was rejected as a whole.
     #[error("cannot load pipelock's eBPF object")]
     Load {

@@ -569,6 +569,14 @@ fn probe_agrees_with_the_running_kernel() -> Result<Outcome> {
             "kprobes claimed without a kprobe PMU"
         );
     }
+    // Kfuncs are kernel functions: kallsyms lists the cast where BTF does.
+    let has_cast = kallsyms_functions()?.contains("bpf_rdonly_cast");
+    let cast = field(&report, "bpf_rdonly_cast")?;
+    ensure!(
+        cast.starts_with(if has_cast { "yes" } else { "no" }),
+        "bpf_rdonly_cast line wrong (kallsyms {}): {cast}",
+        if has_cast { "has it" } else { "has not" }
+    );
     let has_tracepoint = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
         .iter()
         .any(|d| Path::new(d).join("events/lock/contention_begin/id").exists());

@@ -27,6 +27,7 @@ use crate::maps::{
     TASK_NAMES, Update, WATCHED, WATCHERS, add, atomic_add, bump, count_drop, read, record_part,
 };
 use crate::recorded::first_naming;
+use crate::typed::Typed;
 
 /// Whether waits are split by owner (the pipe-mutex class is traced).
 #[inline(always)]
@@ -37,6 +38,11 @@ pub(crate) fn owners_wanted(cfg: &TraceConfig) -> bool {
 /// The task owning the mutex at `lock` and its thread id.
 #[inline(always)]
 pub(crate) fn mutex_owner(cfg: &TraceConfig, lock: u64) -> Option<(u64, u32)> {
+    if let Some(mutex) = Typed::cast(lock, cfg.btf_mutex) {
+        let task = mutex.word(cfg.mutex_owner) & !7;
+        let pid = Typed::cast(task, cfg.btf_task)?.half(cfg.task_pid);
+        return Some((task, pid));
+    }
     let task = read::<u64>(lock + cfg.mutex_owner as u64)? & !7;
     if task == 0 {
         return None;

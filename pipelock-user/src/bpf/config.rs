@@ -175,6 +175,11 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         filter_comm: comm_bytes(filters.comm.as_deref().unwrap_or(""))?,
         // Set by the caller, which knows the kernel's preemption model.
         runs_unpreempted: 0,
+        btf_file: btf.struct_id("file")?,
+        btf_inode: btf.struct_id("inode")?,
+        btf_kiocb: btf.struct_id("kiocb")?,
+        btf_mutex: btf.struct_id("mutex")?,
+        btf_task: btf.struct_id("task_struct")?,
     })
 }
 

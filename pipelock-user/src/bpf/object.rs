@@ -1,12 +1,62 @@
 //! The embedded eBPF object, and loading it.
 use aya::{Ebpf, EbpfLoader, programs::ProgramError};
-use pipelock_common::{TRACE_CONFIG_GLOBAL, TraceConfig};
+use pipelock_common::{RDONLY_CAST_MARK, TRACE_CONFIG_GLOBAL, TraceConfig};
 
 use super::log::LogReader;
 use crate::Error;
 
 /// The object built from `pipelock-ebpf` (empty in a `PIPELOCK_EBPF_STUB=1` build).
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pipelock"));
+
+/// A kfunc call as compiled: code 0x85 (call), src_reg 2 (a kfunc of the
+/// kernel's BTF), off 0, imm the mark; one instruction, little endian.
+const MARKED_CALL: u64 = (RDONLY_CAST_MARK as u64) << 32 | 0x2085;
+/// What a marked call becomes on a kernel without the kfunc: `r0 = 0`
+/// (code 0xb7, mov64 immediate), the "not cast" the programs fall back on.
+const NO_CAST: u64 = 0xb7;
+
+/// The object as one kernel loads it: every `bpf_rdonly_cast` call given
+/// the kfunc's BTF id there (`rdonly_cast`), or made `r0 = 0` where the
+/// kernel has none. Held as words: aya parses the ELF in place and wants
+/// it 8-byte aligned, like `include_bytes_aligned!` gives.
+pub struct KernelObject {
+    words: Vec<u64>,
+    len: usize,
+    /// How many kfunc calls were rewritten.
+    pub calls: usize,
+}
+
+impl KernelObject {
+    pub fn new(object: &[u8], rdonly_cast: Option<u32>) -> Self {
+        let mut words = vec![0u64; object.len().div_ceil(8)];
+        for (word, bytes) in words.iter_mut().zip(object.chunks(8)) {
+            let mut full = [0u8; 8];
+            full[..bytes.len()].copy_from_slice(bytes);
+            *word = u64::from_le_bytes(full);
+        }
+        let call = rdonly_cast.map_or(NO_CAST, |id| u64::from(id) << 32 | 0x2085);
+        // Instructions are 8-byte aligned in the ELF (sections of BPF code
+        // are aligned to 8), so every call starts a word.
+        let mut calls = 0;
+        for word in words
+            .iter_mut()
+            .filter(|word| u64::from_le(**word) == MARKED_CALL)
+        {
+            *word = call.to_le();
+            calls += 1;
+        }
+        Self {
+            words,
+            len: object.len(),
+            calls,
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: a u64 slice viewed as its bytes, within its length.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+}
 
 /// Loads the embedded object (maps created, no program loaded yet), with
 /// `config` as the programs' [`TraceConfig`] (programs that read none may
@@ -23,7 +73,11 @@ pub fn load(config: Option<&TraceConfig>, log: bool) -> Result<(Ebpf, Option<Log
     if let Some(config) = config {
         loader.override_global(TRACE_CONFIG_GLOBAL, config, true);
     }
-    let mut ebpf = loader.load(OBJECT).map_err(|source| Error::Load { source })?;
+    // Without the kernel's BTF at hand the programs read with probe reads.
+    let object = KernelObject::new(OBJECT, None);
+    let mut ebpf = loader
+        .load(object.bytes())
+        .map_err(|source| Error::Load { source })?;
     // Best effort: without it the programs run, their records are lost.
     let log = if log { LogReader::start(&mut ebpf) } else { None };
     Ok((ebpf, log))
@@ -40,4 +94,56 @@ where
     };
     let program = ebpf.program_mut(name).ok_or_else(missing)?;
     program.try_into().map_err(|_| missing())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(object: &KernelObject) -> impl Iterator<Item = u64> + '_ {
+        object
+            .bytes()
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+    }
+
+    /// Every marked call becomes the kfunc's id, or `r0 = 0`, and nothing
+    /// else of the object changes.
+    #[test]
+    fn marked_calls_are_rewritten_and_nothing_else() {
+        let mut object = vec![0u8; 64];
+        object[..8].copy_from_slice(&MARKED_CALL.to_le_bytes());
+        object[24..32].copy_from_slice(&MARKED_CALL.to_le_bytes());
+        // Not at an instruction boundary: left alone.
+        object[36..44].copy_from_slice(&MARKED_CALL.to_le_bytes());
+        object[56..].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let patched = KernelObject::new(&object[..63], Some(0x1234));
+        assert_eq!(patched.calls, 2);
+        assert_eq!(patched.bytes().len(), 63);
+        let got: Vec<u64> = words(&patched).collect();
+        assert_eq!(got[0], 0x1234_0000_2085);
+        assert_eq!(got[3], 0x1234_0000_2085);
+        assert_eq!(&patched.bytes()[8..24], &object[8..24]);
+        assert_eq!(&patched.bytes()[32..63], &object[32..63]);
+        let none = KernelObject::new(&object, None);
+        assert_eq!((none.calls, words(&none).next()), (2, Some(NO_CAST)));
+    }
+
+    /// The real object calls the kfunc (the fd walk and the owner read),
+    /// and after rewriting no mark is left for the verifier to refuse.
+    #[test]
+    fn the_object_calls_rdonly_cast_only_through_marks() {
+        if OBJECT.is_empty() {
+            eprintln!("skipped: no eBPF object in this build (PIPELOCK_EBPF_STUB)");
+            return;
+        }
+        let marks = OBJECT
+            .windows(8)
+            .filter(|w| u64::from_le_bytes((*w).try_into().unwrap()) == MARKED_CALL)
+            .count();
+        let patched = KernelObject::new(OBJECT, Some(77));
+        assert!(patched.calls > 0);
+        assert_eq!(patched.calls, marks, "a mark off an instruction boundary");
+        assert_eq!(words(&patched).filter(|&w| w == MARKED_CALL).count(), 0);
+    }
 }

@@ -58,6 +58,9 @@ pub struct ProbeReport {
     pub mounted_tracefs: bool,
     pub kprobe_pmu: bool,
     pub contention_tracepoints: bool,
+    /// The kernel has the `bpf_rdonly_cast` kfunc (6.2+): the programs
+    /// read kernel objects with plain loads instead of probe reads.
+    pub rdonly_cast: bool,
     pub support: AttachSupport,
     pub functions: Vec<FunctionRow>,
     pub picks: Vec<Pick>,
@@ -141,6 +144,7 @@ pub fn gather(inspector: &KernelInspector, checks: Checks) -> Result<ProbeReport
         mounted_tracefs,
         kprobe_pmu: inspector.has_kprobes(),
         contention_tracepoints,
+        rdonly_cast: btf.as_ref().is_some_and(|btf| btf.rdonly_cast_id().is_some()),
         support,
         functions,
         picks,
@@ -194,6 +198,15 @@ pub fn render(report: &ProbeReport) -> String {
         yes_no(report.contention_tracepoints)
     );
     let _ = writeln!(out, "kprobe PMU   {}", yes_no(report.kprobe_pmu));
+    let _ = writeln!(
+        out,
+        "bpf_rdonly_cast  {}",
+        if report.rdonly_cast {
+            "yes: the fd-to-pipe walk and mutex owners are read with plain loads"
+        } else {
+            "no (a kfunc since 6.2): the fd-to-pipe walk and mutex owners take probe reads (~50 ns each)"
+        }
+    );
 
     let _ = writeln!(out, "\nprogram types (a test program loaded and attached)");
     let support: [(&str, &Support); 4] = [

@@ -114,6 +114,7 @@ impl Tracer {
         let preemption = inspector.preemption();
         config.runs_unpreempted = u32::from(crate::model::notes::runs_unpreempted(preemption.as_deref()));
         let sizes = MapSizes::with_stacks(filters.max_locks, filters.stack_map_size)?;
+        let object = bpf::object::KernelObject::new(bpf::object::OBJECT, btf.rdonly_cast_id());
         // Each object gets its log reader: it holds the log map's
         // descriptor, which the object's programs need until they are loaded.
         let load = || {
@@ -123,7 +124,7 @@ impl Tracer {
                 loader.map_max_entries(map, entries);
             }
             let mut ebpf = loader
-                .load(bpf::object::OBJECT)
+                .load(object.bytes())
                 .map_err(|source| Error::Load { source })?;
             let log = if ebpf_log {
                 LogReader::start(&mut ebpf)

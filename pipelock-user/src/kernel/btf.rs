@@ -19,6 +19,38 @@ impl KernelBtf {
 }
 
 impl KernelBtf {
+    /// The BTF id of struct `name` (its definition, not a forward
+    /// declaration): what `bpf_rdonly_cast` is told to read an address as.
+    pub fn struct_id(&self, name: &str) -> Result<u32, Error> {
+        self.btf
+            .resolve_ids_by_name(name)
+            .ok()
+            .and_then(|ids| {
+                ids.into_iter().find(|&id| {
+                    matches!(self.btf.resolve_type_by_id(id),
+                        Ok(btf_rs::Type::Struct(s)) if !s.members.is_empty())
+                })
+            })
+            .ok_or_else(|| Error::KernelStruct(name.to_owned()))
+    }
+
+    /// The BTF id of `bpf_rdonly_cast` (6.2+), the kfunc through which the
+    /// programs read kernel objects with plain loads (`Typed::cast` in the
+    /// eBPF crate); None: they take probe reads.
+    pub fn rdonly_cast_id(&self) -> Option<u32> {
+        self.function_id("bpf_rdonly_cast")
+    }
+
+    /// The BTF id of function `name` (a kfunc is called by it), if BTF
+    /// describes one.
+    pub fn function_id(&self, name: &str) -> Option<u32> {
+        self.btf
+            .resolve_ids_by_name(name)
+            .ok()?
+            .into_iter()
+            .find(|&id| matches!(self.btf.resolve_type_by_id(id), Ok(btf_rs::Type::Func(_))))
+    }
+
     /// Byte offset of a (dotted) member path inside a struct, e.g.
     /// `offset_of("pipe_inode_info", "rd_wait.lock")`. Anonymous struct and
     /// union members are searched through, typedefs and qualifiers followed.
@@ -121,6 +153,35 @@ mod tests {
             assert_eq!(off("pt_regs", "di"), 112, "{kernel}");
             assert!(btf.offset_of("pipe_inode_info", "no_such_member").is_err());
             assert!(btf.offset_of("no_such_struct", "x").is_err());
+        }
+    }
+
+    /// `bpf_rdonly_cast` came with 6.2: 6.1's programs take the probe
+    /// reads, the others plain loads. The struct ids are definitions (a
+    /// forward declaration has no members to read).
+    #[test]
+    fn rdonly_cast_and_struct_ids_per_kernel() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernels");
+        for (kernel, has_cast) in [
+            ("debian-6.1.0-57", false),
+            ("debian-6.12.117", true),
+            ("debian-6.18.15", true),
+            ("host-6.18.44", true),
+        ] {
+            let btf = KernelInspector::at(fixtures.join(kernel)).btf().unwrap();
+            assert_eq!(btf.rdonly_cast_id().is_some(), has_cast, "{kernel}");
+            assert!(btf.function_id("no_such_function").is_none());
+            for name in ["file", "inode", "kiocb", "mutex", "task_struct"] {
+                let id = btf.struct_id(name).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                let btf_rs::Type::Struct(record) = btf.btf.resolve_type_by_id(id).unwrap() else {
+                    panic!("{kernel}: {name} is not a struct");
+                };
+                assert!(!record.members.is_empty(), "{kernel}: {name}");
+            }
+            assert_eq!(
+                btf.struct_id("no_such_struct").unwrap_err().to_string(),
+                "kernel BTF has no struct no_such_struct"
+            );
         }
     }
 }
