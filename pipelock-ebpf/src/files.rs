@@ -5,7 +5,7 @@ use pipelock_common::TraceConfig;
 
 use crate::{
     maps::{read, read_words},
-    typed::Typed,
+    typed::{Typed, word_at},
 };
 
 const S_IFMT: u16 = 0o170000;
@@ -28,14 +28,19 @@ pub(crate) fn file_of_fd(cfg: &TraceConfig, fd: u64) -> Option<u64> {
     if fd >= max_fds || fd >= NR_OPEN {
         return None;
     }
-    let slot = fdt.word(cfg.fdt_fd) + fd * 8;
-    // The slot is a `struct file *` the verifier cannot type (the array is
-    // a pointer to pointers); read as the `ki_filp` of a kiocb laid over it,
-    // it is one.
-    if let Some(kiocb) = Typed::cast(slot - cfg.kiocb_filp as u64, cfg.btf_kiocb) {
+    file_at(cfg, fdt.word(cfg.fdt_fd) + fd * 8)
+}
+
+/// The `struct file *` stored at `address` (an fd slot, a kiocb's
+/// `ki_filp`), None if NULL. An fd slot is one the verifier cannot type
+/// (the array is a pointer to pointers); read as the `ki_filp` of a kiocb
+/// laid over it, it is a typed file pointer.
+#[inline(always)]
+pub(crate) fn file_at(cfg: &TraceConfig, address: u64) -> Option<u64> {
+    if let Some(kiocb) = Typed::cast(address - cfg.kiocb_filp as u64, cfg.btf_kiocb) {
         return kiocb.pointer(cfg.kiocb_filp).map(Typed::address);
     }
-    let file = read::<u64>(slot)?;
+    let file = read::<u64>(address)?;
     (file != 0).then_some(file)
 }
 
@@ -44,12 +49,15 @@ pub(crate) fn file_of_fd(cfg: &TraceConfig, fd: u64) -> Option<u64> {
 /// the kernel has `bpf_rdonly_cast`, else two probe reads.
 #[inline(always)]
 pub(crate) fn pipe_of_file(cfg: &TraceConfig, file: u64) -> Option<(u64, u64)> {
+    if file == 0 {
+        return None;
+    }
     if let Some(file) = Typed::cast(file, cfg.btf_file) {
         let inode = file.pointer(cfg.file_inode)?;
         if inode.quarter(cfg.inode_mode) & S_IFMT != S_IFIFO {
             return None;
         }
-        let pipe = file.word(cfg.file_private_data);
+        let pipe = word_at(cfg, file.address() + cfg.file_private_data as u64)?;
         return (pipe != 0).then_some((pipe, inode.word(cfg.inode_ino)));
     }
     let (inode, pipe) = read_words(file, cfg.file_inode, cfg.file_private_data)?;

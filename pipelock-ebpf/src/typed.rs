@@ -20,7 +20,7 @@ use aya_ebpf::{
     macros::map,
     maps::PerCpuArray,
 };
-use pipelock_common::RDONLY_CAST_MARK;
+use pipelock_common::{RDONLY_CAST_MARK, TraceConfig};
 
 /// A kernel object whose type the verifier knows.
 #[derive(Clone, Copy)]
@@ -86,8 +86,14 @@ impl Typed {
     /// `bpf_rdonly_cast` kfunc (6.2+): its members read with plain,
     /// fault-guarded loads where `bpf_probe_read_kernel` is a helper call.
     /// None where the kernel has no such kfunc (userspace turned the call
-    /// into `r0 = 0`, and the verifier prunes the typed path) or `address`
-    /// is 0: the caller reads the object with probe reads instead.
+    /// into `r0 = 0`, and the verifier prunes the typed path): the caller
+    /// reads the object with probe reads instead.
+    ///
+    /// The caller checks `address` for 0 first: the kfunc hands a NULL
+    /// back, but whether the verifier may take its result for non-NULL
+    /// (and wire the test below to "cast") is the kernel's to decide, and
+    /// a NULL cast is an object whose every member reads 0 (the loads are
+    /// fault-guarded).
     ///
     /// The call is written as raw bytes: Rust has no `__ksym` externs, and
     /// the aya 0.14 loader relocates no kfunc calls, so userspace writes the
@@ -114,6 +120,17 @@ impl Typed {
         }
         (cast != 0).then_some(Self(cast as *const u8))
     }
+}
+
+/// The 8-byte word at kernel `address` as a plain number, in one guarded
+/// load: the `owner` (an `atomic_long_t`) of a `struct mutex` cast over it.
+/// A pointer member read through a typed object stays a pointer to the
+/// verifier (6.18 types a `void *` one as untrusted memory) and refuses
+/// what the compiler may do with a number, e.g. `|` two of them to test
+/// both for 0. None: the kernel has no `bpf_rdonly_cast`.
+#[inline(always)]
+pub(crate) fn word_at(cfg: &TraceConfig, address: u64) -> Option<u64> {
+    Some(Typed::cast(address - cfg.mutex_owner as u64, cfg.btf_mutex)?.word(cfg.mutex_owner))
 }
 
 /// One word per CPU that turns a pointer into a number (see [`with_address`]).

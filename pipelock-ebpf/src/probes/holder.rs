@@ -35,13 +35,16 @@ pub(crate) fn owners_wanted(cfg: &TraceConfig) -> bool {
     cfg.details & (1 << detail::OWNER) != 0
 }
 
-/// The task owning the mutex at `lock` and its thread id.
+/// The task owning the mutex at `lock` and its thread id (plain loads
+/// where the kernel has `bpf_rdonly_cast`, else two probe reads).
 #[inline(always)]
 pub(crate) fn mutex_owner(cfg: &TraceConfig, lock: u64) -> Option<(u64, u32)> {
     if let Some(mutex) = Typed::cast(lock, cfg.btf_mutex) {
         let task = mutex.word(cfg.mutex_owner) & !7;
-        let pid = Typed::cast(task, cfg.btf_task)?.half(cfg.task_pid);
-        return Some((task, pid));
+        if task == 0 {
+            return None;
+        }
+        return Some((task, Typed::cast(task, cfg.btf_task)?.half(cfg.task_pid)));
     }
     let task = read::<u64>(lock + cfg.mutex_owner as u64)? & !7;
     if task == 0 {
@@ -82,8 +85,13 @@ fn add_watcher(delta: u64) {
 pub(crate) fn watch(cfg: &TraceConfig, task: u64, now: u64) -> Option<[u64; STATES]> {
     let found = WATCHED.get_ptr_mut(&task).or_else(|| {
         // What it is doing now; from here on the scheduler programs say.
-        let on_cpu = read::<u32>(task + cfg.task_on_cpu as u64).unwrap_or(0);
-        let state = read::<u32>(task + cfg.task_state as u64).unwrap_or(0);
+        let (on_cpu, state) = match Typed::cast(task, cfg.btf_task) {
+            Some(typed) => (typed.half(cfg.task_on_cpu), typed.half(cfg.task_state)),
+            None => (
+                read::<u32>(task + cfg.task_on_cpu as u64).unwrap_or(0),
+                read::<u32>(task + cfg.task_state as u64).unwrap_or(0),
+            ),
+        };
         let clock = HolderClock {
             waiters: 0,
             state: if on_cpu != 0 {

@@ -235,9 +235,11 @@ fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
         let row = mutex_row(&report, ino)?;
         ensure!(
             row["acquisitions"] == want && row["dropped"] == 0,
-            "pipe:[{ino}] ({calls}, {N} each): {} acquisitions, {} dropped; want exactly {want}, 0",
+            "pipe:[{ino}] ({calls}, {N} each): {} acquisitions, {} dropped; want exactly {want}, 0 \
+             (trace's notes: {})",
             row["acquisitions"],
-            row["dropped"]
+            row["dropped"],
+            report["notes"]
         );
         println!("  pipe:[{ino}]: {want} acquisitions for {N} × ({calls})");
     }

@@ -7,7 +7,7 @@ use pipelock_common::{
 };
 
 use crate::{
-    files::{file_of_fd, pipe_of_file},
+    files::{file_at, file_of_fd, pipe_of_file},
     maps::{PIPE_FREES, TASK_PIPE, config, count_drop, pipe_frees, read, wanted},
     recorded::note_user,
 };
@@ -125,7 +125,7 @@ pub(super) fn enter_splice_call(cfg: &TraceConfig, files: [u64; PIPES]) {
 
 /// The first mutex a pipe read or write takes is its pipe's (`&pipe->mutex
 /// == pipe`, taken before anything else). A thread's first call on a pipe
-/// checks that against `kiocb->ki_filp->private_data`, learns the pipe's
+/// checks that against `kiocb->ki_filp->private_data` (a FIFO's), learns the pipe's
 /// inode number and records the process on the pipe; later calls on the
 /// same pipe trust it, so those reads of kernel memory happen once per
 /// thread and pipe, not per call. Once any pipe has been freed the address
@@ -135,15 +135,14 @@ pub(super) fn adopt_pipe(state: &mut TaskPipe, lock: u64, tgid: u32) -> bool {
     let frees = pipe_frees();
     if lock != state.noted_pipe || frees != state.frees_seen {
         let cfg = config();
-        let Some(file) = read::<u64>(state.kiocb + cfg.kiocb_filp as u64) else {
+        let Some((pipe, ino)) =
+            file_at(cfg, state.kiocb + cfg.kiocb_filp as u64).and_then(|file| pipe_of_file(cfg, file))
+        else {
             return false;
         };
-        if read::<u64>(file + cfg.file_private_data as u64) != Some(lock) {
+        if pipe != lock {
             return false;
         }
-        let ino = read::<u64>(file + cfg.file_inode as u64)
-            .and_then(|inode| read::<u64>(inode + cfg.inode_ino as u64))
-            .unwrap_or(0);
         if lock != state.noted_pipe || ino != state.noted_ino {
             note_user(LockKey { lock, owner: ino }, tgid);
             state.registered = 0;
