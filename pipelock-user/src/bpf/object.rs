@@ -8,17 +8,23 @@ use crate::Error;
 /// The object built from `pipelock-ebpf` (empty in a `PIPELOCK_EBPF_STUB=1` build).
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pipelock"));
 
-/// A kfunc call as compiled: code 0x85 (call), src_reg 2 (a kfunc of the
-/// kernel's BTF), off 0, imm the mark; one instruction, little endian.
-const MARKED_CALL: u64 = (RDONLY_CAST_MARK as u64) << 32 | 0x2085;
+/// A call of a kfunc of the kernel's BTF: code 0x85 (call), src_reg 2
+/// (`BPF_PSEUDO_KFUNC_CALL`), off 0, `imm`; one instruction, as a
+/// little-endian word.
+const fn kfunc_call(imm: u32) -> u64 {
+    (imm as u64) << 32 | 0x2085
+}
+
+/// A `bpf_rdonly_cast` call as compiled.
+const MARKED_CALL: u64 = kfunc_call(RDONLY_CAST_MARK);
 /// What a marked call becomes on a kernel without the kfunc: `r0 = 0`
 /// (code 0xb7, mov64 immediate), the "not cast" the programs fall back on.
 const NO_CAST: u64 = 0xb7;
 
 /// The object as one kernel loads it: every `bpf_rdonly_cast` call given
 /// the kfunc's BTF id there (`rdonly_cast`), or made `r0 = 0` where the
-/// kernel has none. Held as words: aya parses the ELF in place and wants
-/// it 8-byte aligned, like `include_bytes_aligned!` gives.
+/// kernel has none. Held in words: aya parses the ELF in place and wants
+/// it 8-byte aligned, as `include_bytes_aligned!` gives it.
 pub struct KernelObject {
     words: Vec<u64>,
     len: usize,
@@ -28,33 +34,35 @@ pub struct KernelObject {
 
 impl KernelObject {
     pub fn new(object: &[u8], rdonly_cast: Option<u32>) -> Self {
-        let mut words = vec![0u64; object.len().div_ceil(8)];
-        for (word, bytes) in words.iter_mut().zip(object.chunks(8)) {
-            let mut full = [0u8; 8];
-            full[..bytes.len()].copy_from_slice(bytes);
-            *word = u64::from_le_bytes(full);
-        }
-        let call = rdonly_cast.map_or(NO_CAST, |id| u64::from(id) << 32 | 0x2085);
-        // Instructions are 8-byte aligned in the ELF (sections of BPF code
-        // are aligned to 8), so every call starts a word.
-        let mut calls = 0;
-        for word in words
-            .iter_mut()
-            .filter(|word| u64::from_le(**word) == MARKED_CALL)
-        {
-            *word = call.to_le();
-            calls += 1;
-        }
-        Self {
-            words,
+        let mut patched = Self {
+            words: vec![0; object.len().div_ceil(8)],
             len: object.len(),
-            calls,
+            calls: 0,
+        };
+        let bytes = patched.bytes_mut();
+        bytes.copy_from_slice(object);
+        let call = rdonly_cast.map_or(NO_CAST, kfunc_call).to_le_bytes();
+        // BPF code sections are 8-byte aligned in the ELF, so every
+        // instruction starts a word.
+        let mut calls = 0;
+        for word in bytes.chunks_exact_mut(8) {
+            if *word == MARKED_CALL.to_le_bytes() {
+                word.copy_from_slice(&call);
+                calls += 1;
+            }
         }
+        patched.calls = calls;
+        patched
     }
 
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: a u64 slice viewed as its bytes, within its length.
+        // SAFETY: the words' own memory, viewed as bytes, within its length.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; the borrow of `self` keeps it exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
     }
 }
 
