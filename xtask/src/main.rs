@@ -228,13 +228,14 @@ fn cargo_static(root: &Path, tools: &bootstrap::Tools, args: &[&str]) -> Result<
     Ok(cmd)
 }
 
-/// `cargo xtask test`'s build of pipelock and of the integration tests.
+/// The build of pipelock (`cargo xtask build`; `cargo xtask test` and the
+/// guests' images in the static flavour), and of the integration tests.
 const BUILD: &[&str] = &["build", "--release", "--package", "pipelock-user"];
 const INTEGRATION: &[&str] = &["test", "--release", "--test", "integration"];
 
 fn build(root: &Path) -> Result<PathBuf> {
     let tools = bootstrap::ensure(root)?;
-    run(cargo(root, &tools)?.args(["build", "--release", "--package", "pipelock-user"]))?;
+    run(cargo(root, &tools)?.args(BUILD))?;
     Ok(root.join("target/release/pipelock"))
 }
 
