@@ -156,6 +156,8 @@ pub struct TraceConfig {
     pub btf_kiocb: u32,
     pub btf_mutex: u32,
     pub btf_task: u32,
+    /// `struct pt_regs`: a thread's user registers, cached by address.
+    pub btf_pt_regs: u32,
 }
 
 /// A contended acquisition in progress (`lock` 0: a free entry).
@@ -208,6 +210,13 @@ pub struct TaskWaits {
     /// Where the next lock goes in `recorded` (round robin).
     pub recorded_next: u32,
     pub _pad: u32,
+    /// The thread's `task_struct` (with `owner`, who the slot is for: a
+    /// thread id reused in the same process is another task).
+    pub task: u64,
+    /// Where its user registers are (`task_pt_regs`, fixed for the task's
+    /// life: the top of its kernel stack), so a begin reads the syscall
+    /// without a helper call.
+    pub regs: u64,
 }
 
 /// Locks a thread remembers recording per interval ([`TaskWaits::recorded`]).

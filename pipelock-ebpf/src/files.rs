@@ -16,14 +16,13 @@ const S_IFIFO: u16 = 0o010000;
 /// may type the fd array as memory and refuses an unbounded offset into it.
 const NR_OPEN: u64 = 1 << 20;
 
-/// The current task's `struct file` at `fd`. Typed loads down to the fd
-/// array (task, files, fd table: members of known structs), and the array's
-/// element too where the kernel has `bpf_rdonly_cast`; else a probe read.
+/// The `struct file` at `fd` of `task` (the current task, typed). Typed
+/// loads down to the fd array (task, files, fd table: members of known
+/// structs), and the array's element too where the kernel has
+/// `bpf_rdonly_cast`; else a probe read.
 #[inline(always)]
-pub(crate) fn file_of_fd(cfg: &TraceConfig, fd: u64) -> Option<u64> {
-    let fdt = Typed::current_task()
-        .pointer(cfg.task_files)?
-        .pointer(cfg.files_fdt)?;
+pub(crate) fn file_of_fd(cfg: &TraceConfig, task: Typed, fd: u64) -> Option<u64> {
+    let fdt = task.pointer(cfg.task_files)?.pointer(cfg.files_fdt)?;
     let max_fds = fdt.half(cfg.fdt_max_fds) as u64;
     if fd >= max_fds || fd >= NR_OPEN {
         return None;

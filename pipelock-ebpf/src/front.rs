@@ -22,7 +22,7 @@ use pipelock_common::{
     DetailFront, DetailKey, DetailStats, FRONT_LOCKS, FRONT_PARTS, Front, LockKey, LockStats,
 };
 
-use crate::maps::{Update, interval, record_part, stats_of};
+use crate::maps::{Update, in_interval_map, interval, record_part, stats_of};
 
 /// Switched and drained with `LOCK_STATS` (the same `STATS_SLOT` parity).
 #[map]
@@ -51,9 +51,9 @@ pub(crate) fn stats_to_record(key: &LockKey, front: bool) -> Option<(&'static mu
 /// None once the front holds other locks.
 #[inline(always)]
 fn front_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
-    let map = if interval() % 2 == 0 { &FRONT_A } else { &FRONT_B };
+    let front = in_interval_map(interval() % 2 != 0, &FRONT_A, &FRONT_B, |map| map.get_ptr_mut(0))?;
     // SAFETY: this CPU's value; only this program writes it (see above).
-    let front = unsafe { &mut *map.get_ptr_mut(0)? };
+    let front = unsafe { &mut *front };
     for at in 0..FRONT_LOCKS {
         let entry = front.keys.get_mut(at)?;
         if entry.lock == 0 {
@@ -69,13 +69,11 @@ fn front_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
 /// This CPU's figures of part `key`: one of its two entries, taken if free.
 #[inline(always)]
 fn detail_front_of(key: &DetailKey) -> Option<&'static mut DetailStats> {
-    let map = if interval() % 2 == 0 {
-        &DETAIL_FRONT_A
-    } else {
-        &DETAIL_FRONT_B
-    };
+    let front = in_interval_map(interval() % 2 != 0, &DETAIL_FRONT_A, &DETAIL_FRONT_B, |map| {
+        map.get_ptr_mut(0)
+    })?;
     // SAFETY: as in `front_stats_of`.
-    let front = unsafe { &mut *map.get_ptr_mut(0)? };
+    let front = unsafe { &mut *front };
     let set = DetailFront::sets(key) & (FRONT_PARTS - 2);
     for at in [set, set + 1] {
         let entry = front.keys.get_mut(at)?;

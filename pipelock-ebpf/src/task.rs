@@ -14,15 +14,24 @@ use crate::{
 /// private one.) An interrupt runs on top of whatever task it interrupted:
 /// without this check its lock events would count as that task's.
 #[inline(always)]
-pub(crate) fn on_task_stack<C>(cfg: &TraceConfig, ctx: *const C) -> bool {
+pub(crate) fn on_task_stack<C>(cfg: &TraceConfig, task: Typed, ctx: *const C) -> bool {
     // Unknown (no stack, no scratch word): count it as the task's, as
     // before the check existed.
-    let stack = Typed::current_task().word(cfg.task_stack);
+    let stack = task.word(cfg.task_stack);
     stack == 0
         || with_address(ctx, |ctx_address| {
             ctx_address.wrapping_sub(stack) < cfg.thread_size as u64
         })
         .unwrap_or(true)
+}
+
+/// `bpf_get_current_pid_tgid()` for the current `task` (a typed pointer
+/// the caller has anyway), in two plain loads: a helper call costs ~20 ns
+/// where every kernel return goes through a return thunk (SRSO, retbleed
+/// mitigations), and a contention begin made five of them.
+#[inline(always)]
+pub(crate) fn pid_tgid_of(cfg: &TraceConfig, task: Typed) -> u64 {
+    u64::from(task.half(cfg.task_tgid)) << 32 | u64::from(task.half(cfg.task_pid))
 }
 
 /// The current process's command name (its thread group leader's): an

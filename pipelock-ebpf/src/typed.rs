@@ -34,12 +34,13 @@ impl Typed {
         Self(unsafe { bpf_get_current_task_btf() }.cast_const().cast())
     }
 
-    /// The current task's user registers (`pt_regs` at the top of its
-    /// kernel stack: the syscall number and arguments).
+    /// The user registers of `task`, a typed task pointer (`pt_regs` at the
+    /// top of its kernel stack: the syscall number and arguments).
     #[inline(always)]
-    pub(crate) fn current_user_regs() -> Self {
-        // SAFETY: no preconditions; the result is a typed `pt_regs` pointer.
-        Self(unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as usize as *const u8)
+    pub(crate) fn user_regs_of(task: Self) -> Self {
+        // SAFETY: `task` is a typed `task_struct` pointer (see `current_task`),
+        // which is what the helper takes; the result is a typed `pt_regs`.
+        Self(unsafe { bpf_task_pt_regs(task.0 as *mut _) } as usize as *const u8)
     }
 
     #[inline(always)]

@@ -28,7 +28,7 @@ use crate::{
     maps::{TASK_WAITS, add, config, count_drop, interval, name_current, record_as, stack_id, wanted},
     recognise::recognise,
     recorded::{name_lock, note_user},
-    task::on_task_stack,
+    task::{on_task_stack, pid_tgid_of},
     typed::Typed,
 };
 
@@ -46,18 +46,30 @@ fn pipe_class(cfg: &TraceConfig, pipe: u64, lock: u64) -> Option<u32> {
     }
 }
 
-/// The pipe behind the current task's fd in syscall argument register
-/// `arg` (an offset in `pt_regs`).
+/// The pipe behind `task`'s fd in syscall argument register `arg` (an
+/// offset in `pt_regs`).
 #[inline(always)]
-fn pipe_of_arg(cfg: &TraceConfig, regs: Typed, arg: u32) -> Option<(u64, u64)> {
-    pipe_of_file(cfg, file_of_fd(cfg, regs.word(arg) as u32 as u64)?)
+fn pipe_of_arg(cfg: &TraceConfig, task: Typed, regs: Typed, arg: u32) -> Option<(u64, u64)> {
+    pipe_of_file(cfg, file_of_fd(cfg, task, regs.word(arg) as u32 as u64)?)
+}
+
+/// The user registers of the slot's thread, the current `task`: at the
+/// address the slot keeps where the kernel has `bpf_rdonly_cast`, else
+/// from a helper call.
+#[inline(always)]
+fn user_regs(cfg: &TraceConfig, slot: &TaskWaits, task: Typed) -> Typed {
+    if slot.regs != 0
+        && let Some(regs) = Typed::cast(slot.regs, cfg.btf_pt_regs)
+    {
+        return regs;
+    }
+    Typed::user_regs_of(task)
 }
 
 /// (class, pipe, inode number) if `lock` belongs to, or is contended inside,
-/// a pipe syscall of the current task.
+/// a pipe syscall of the current `task`, whose user registers are `regs`.
 #[inline(always)]
-fn classify(cfg: &TraceConfig, lock: u64) -> Option<(u32, u64, u64)> {
-    let regs = Typed::current_user_regs();
+fn classify(cfg: &TraceConfig, task: Typed, regs: Typed, lock: u64) -> Option<(u32, u64, u64)> {
     let (nr, arg0) = (regs.word(cfg.regs_syscall_nr) as u32, regs.word(cfg.regs_arg0));
     let second = if nr == cfg.nr_read
         || nr == cfg.nr_write
@@ -73,13 +85,13 @@ fn classify(cfg: &TraceConfig, lock: u64) -> Option<(u32, u64, u64)> {
     } else {
         return None;
     };
-    let first = file_of_fd(cfg, arg0 as u32 as u64).and_then(|file| pipe_of_file(cfg, file));
+    let first = file_of_fd(cfg, task, arg0 as u32 as u64).and_then(|file| pipe_of_file(cfg, file));
     if let Some((pipe, ino)) = first
         && let Some(class) = pipe_class(cfg, pipe, lock)
     {
         return Some((class, pipe, ino));
     }
-    let second = second.and_then(|arg| pipe_of_arg(cfg, regs, arg));
+    let second = second.and_then(|arg| pipe_of_arg(cfg, task, regs, arg));
     if let Some((pipe, ino)) = second
         && let Some(class) = pipe_class(cfg, pipe, lock)
     {
@@ -164,15 +176,17 @@ fn first_recording(slot: &mut TaskWaits, key: LockKey) -> bool {
 /// tracepoint's record is in the trace buffer, no check).
 #[inline(always)]
 fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_task_stack_check: bool) {
-    let pid_tgid = bpf_get_current_pid_tgid();
+    let cfg = config();
+    // The task once: the slot's key, the syscall's fds and the stack check.
+    let task = Typed::current_task();
+    let pid_tgid = pid_tgid_of(cfg, task);
     let Some(slot) = TASK_WAITS.get_ptr_mut(pid_tgid as u32 % TASK_SLOTS) else {
         return;
     };
     // SAFETY: a value of this map; only this thread updates its slot (an
     // interrupt on its CPU runs as this thread and is left out below).
     let slot = unsafe { &mut *slot };
-    let cfg = config();
-    if slot.owner != pid_tgid {
+    if slot.owner != pid_tgid || slot.task != task.address() {
         // A thread 16 384 ids away, or one that has exited: its waits go.
         if slot.waits.iter().any(|wait| wait.lock != 0) {
             count_drop(Drop::SlotBusy);
@@ -181,6 +195,8 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
         *slot = TaskWaits {
             owner: pid_tgid,
             wanted: wanted(cfg, pid_tgid) as u32,
+            task: task.address(),
+            regs: Typed::user_regs_of(task).address(),
             ..TaskWaits::default()
         };
         if slot.wanted != 0 {
@@ -219,13 +235,13 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
     if slot.wanted == 0 {
         return;
     }
-    let Some((class, pipe, ino)) = classify(cfg, lock) else {
+    let Some((class, pipe, ino)) = classify(cfg, task, user_regs(cfg, slot, task), lock) else {
         return;
     };
     if cfg.class_mask & (1 << class) == 0 {
         return;
     }
-    if on_task_stack_check && !on_task_stack(cfg, ctx.as_ptr().cast_const()) {
+    if on_task_stack_check && !on_task_stack(cfg, task, ctx.as_ptr().cast_const()) {
         count_drop(Drop::InInterrupt);
         return;
     }

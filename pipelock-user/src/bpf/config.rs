@@ -180,6 +180,7 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         btf_kiocb: btf.struct_id("kiocb")?,
         btf_mutex: btf.struct_id("mutex")?,
         btf_task: btf.struct_id("task_struct")?,
+        btf_pt_regs: btf.struct_id("pt_regs")?,
     })
 }
 
