@@ -28,7 +28,7 @@ pub(crate) fn on_task_stack<C>(cfg: &TraceConfig, task: Typed, ctx: *const C) ->
 /// `bpf_get_current_pid_tgid()` for the current `task` (a typed pointer
 /// the caller has anyway), in two plain loads: a helper call costs ~20 ns
 /// where every kernel return goes through a return thunk (SRSO, retbleed
-/// mitigations), and a contention begin made five of them.
+/// mitigations), and a contention begin made six of them.
 #[inline(always)]
 pub(crate) fn pid_tgid_of(cfg: &TraceConfig, task: Typed) -> u64 {
     u64::from(task.half(cfg.task_tgid)) << 32 | u64::from(task.half(cfg.task_pid))

@@ -171,7 +171,7 @@ mod tests {
             let btf = KernelInspector::at(fixtures.join(kernel)).btf().unwrap();
             assert_eq!(btf.rdonly_cast_id().is_some(), has_cast, "{kernel}");
             assert!(btf.function_id("no_such_function").is_none());
-            for name in ["file", "inode", "kiocb", "mutex", "task_struct"] {
+            for name in ["file", "inode", "kiocb", "mutex", "pt_regs", "task_struct"] {
                 let id = btf.struct_id(name).unwrap_or_else(|e| panic!("{kernel}: {e}"));
                 let btf_rs::Type::Struct(record) = btf.btf.resolve_type_by_id(id).unwrap() else {
                     panic!("{kernel}: {name} is not a struct");
