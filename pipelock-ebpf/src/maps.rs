@@ -319,37 +319,46 @@ pub(crate) fn in_interval_map<M, R>(odd_interval: bool, even: &M, odd: &M, with:
     }
 }
 
+/// `key`'s value in the map of the pair (`even`, `odd`) the interval
+/// names, inserted as `empty` on first use (another CPU may insert it
+/// meanwhile; only a full map counts as `full`).
+#[inline(always)]
+fn entry_in_interval_map<K, V>(
+    even: &HashMap<K, V>,
+    odd: &HashMap<K, V>,
+    key: &K,
+    empty: &V,
+    full: Drop,
+) -> Option<*mut V> {
+    let odd_interval = interval() % 2 != 0;
+    if let Some(value) = in_interval_map(odd_interval, even, odd, |map| map.get_ptr_mut(key)) {
+        return Some(value);
+    }
+    let map = if odd_interval { odd } else { even };
+    let _ = map.insert(key, empty, BPF_NOEXIST as u64);
+    let value = map.get_ptr_mut(key);
+    if value.is_none() {
+        count_drop(full);
+    }
+    value
+}
+
 /// The statistics of a lock, created empty on first use.
 #[inline(always)]
 pub(crate) fn stats_of(key: &LockKey) -> Option<*mut LockStats> {
-    let odd = interval() % 2 != 0;
-    if let Some(stats) = in_interval_map(odd, &LOCK_STATS_A, &LOCK_STATS_B, |map| map.get_ptr_mut(key)) {
-        return Some(stats);
-    }
-    // Another CPU may insert it meanwhile; only a full map is a drop.
-    let map = if odd { &LOCK_STATS_B } else { &LOCK_STATS_A };
-    let _ = map.insert(key, &EMPTY_STATS, BPF_NOEXIST as u64);
-    let stats = map.get_ptr_mut(key);
-    if stats.is_none() {
-        count_drop(Drop::StatsFull);
-    }
-    stats
+    entry_in_interval_map(&LOCK_STATS_A, &LOCK_STATS_B, key, &EMPTY_STATS, Drop::StatsFull)
 }
 
 /// A lock's part (by owner, caller or task), created empty on first use.
 #[inline(always)]
 pub(crate) fn detail_of(key: &DetailKey) -> Option<*mut DetailStats> {
-    let odd = interval() % 2 != 0;
-    if let Some(stats) = in_interval_map(odd, &LOCK_DETAILS_A, &LOCK_DETAILS_B, |map| map.get_ptr_mut(key)) {
-        return Some(stats);
-    }
-    let map = if odd { &LOCK_DETAILS_B } else { &LOCK_DETAILS_A };
-    let _ = map.insert(key, &DetailStats::default(), BPF_NOEXIST as u64);
-    let stats = map.get_ptr_mut(key);
-    if stats.is_none() {
-        count_drop(Drop::DetailFull);
-    }
-    stats
+    entry_in_interval_map(
+        &LOCK_DETAILS_A,
+        &LOCK_DETAILS_B,
+        key,
+        &DetailStats::default(),
+        Drop::DetailFull,
+    )
 }
 
 /// The current call stack's id in `STACKS` if callers are recorded
