@@ -1,7 +1,7 @@
 //! Attaching the programs of one mode: the hook table's fentry/fexit or
 //! kprobe/kretprobe programs on the functions they resolve to here, or the
 //! contention tracepoints.
-use std::collections::HashSet;
+use std::{collections::HashSet, os::fd::AsFd, path::PathBuf};
 
 use aya::{
     Btf, Ebpf,
@@ -14,6 +14,7 @@ use super::{
     hooks::{self, HookRow, Resolved},
     object::program_mut,
     plan::TracepointKind,
+    retprobe::{self, Retprobe},
 };
 use crate::{
     Error,
@@ -123,13 +124,36 @@ fn optional_refusal(
     }
 }
 
+/// The kprobe mode's attached hooks: the return probes made in tracefs
+/// (see `retprobe`) live as long as this does; aya's links live with the
+/// programs.
+#[derive(Default)]
+pub struct Kprobes {
+    pub notes: Vec<String>,
+    pub returns: Vec<Retprobe>,
+    /// Where the return probes were made, to read their miss counts.
+    pub tracefs: Option<PathBuf>,
+}
+
+impl Kprobes {
+    /// Hits the return probes did not run for (out of instances, or nested
+    /// in another kprobe's handler).
+    pub fn missed(&self) -> u64 {
+        let Some(tracefs) = &self.tracefs else { return 0 };
+        self.returns
+            .iter()
+            .filter_map(|probe| probe.missed(tracefs))
+            .sum()
+    }
+}
+
 /// The fentry hooks' logic on kprobes/kretprobes.
 pub fn kprobe(
     ebpf: &mut Ebpf,
     inspector: &KernelInspector,
     classes: ClassSet,
     bodies: HookBodies,
-) -> Result<Vec<String>, Error> {
+) -> Result<Kprobes, Error> {
     if !inspector.has_kprobes() {
         return Err(Error::Usage(
             "no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned(),
@@ -137,7 +161,22 @@ pub fn kprobe(
     }
     let kallsyms = inspector.kallsyms()?;
     let resolved = hooks::resolve(classes, |f| kallsyms.has_function(f)).map_err(Error::Usage)?;
-    let mut notes = hooks::missing_hook_notes(&resolved);
+    let mut hooked = Kprobes {
+        notes: hooks::missing_hook_notes(&resolved),
+        tracefs: inspector
+            .tracefs()
+            .filter(|dir| dir.join("kprobe_events").is_file()),
+        ..Kprobes::default()
+    };
+    match &hooked.tracefs {
+        Some(tracefs) => retprobe::remove_stale(tracefs),
+        None => hooked.notes.push(
+            "no tracefs kprobe_events: return probes have the kernel's default instances (max(10, 2 × CPUs)); \
+             a pipe call's return beyond that many threads asleep in it is not seen (its thread's next \
+             locks of that pipe count as the call's), and such misses are not counted (mount tracefs at /sys/kernel/tracing)"
+                .to_owned()
+        ),
+    }
     let mut loaded = HashSet::new();
     for &Resolved { row, function, .. } in &resolved {
         let Some(target) = function else { continue };
@@ -151,15 +190,25 @@ pub fn kprobe(
         // The exit first, as in `fentry`.
         let attached = exit
             .into_iter()
-            .chain(std::iter::once(entry))
-            .try_for_each(|program| {
+            .map(|program| (program, true))
+            .chain(std::iter::once((entry, false)))
+            .try_for_each(|(program, is_return)| {
                 let prog: &mut KProbe = program_mut(ebpf, program)?;
                 if loaded.insert(program) {
                     prog.load().map_err(fail("load", program))?;
                 }
-                prog.attach(target, 0).map_err(fail("attach", program)).map(drop)
+                match (&hooked.tracefs, is_return) {
+                    (Some(tracefs), true) => {
+                        let fd = prog.fd().map_err(fail("attach", program))?;
+                        let probe = Retprobe::attach(tracefs, fd.as_fd(), target, retprobe::MAX_ACTIVE)
+                            .map_err(|why| Error::Usage(format!("{program} on {target}: {why}")))?;
+                        hooked.returns.push(probe);
+                        Ok(())
+                    }
+                    _ => prog.attach(target, 0).map_err(fail("attach", program)).map(drop),
+                }
             });
-        optional_refusal(row, target, attached, &mut notes)?;
+        optional_refusal(row, target, attached, &mut hooked.notes)?;
     }
     // Best effort: without it, contended acquisitions are not flagged.
     if classes.intersects(ClassSet::PIPE_LOCKS) && bodies == HookBodies::Pipelock {
@@ -172,12 +221,12 @@ pub fn kprobe(
             })
         });
         if let Err(err) = attached {
-            notes.push(format!(
+            hooked.notes.push(format!(
                 "contended pipe lock acquisitions are not flagged, and pipe mutex waits read 0: {err}"
             ));
         }
     }
-    Ok(notes)
+    Ok(hooked)
 }
 
 /// Fills `TASK_FILTER` and attaches the programs that keep it: a child

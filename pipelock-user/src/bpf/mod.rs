@@ -9,6 +9,7 @@ pub mod memory;
 pub mod object;
 pub mod plan;
 pub mod progstats;
+pub mod retprobe;
 pub mod selftest;
 pub mod support_check;
 

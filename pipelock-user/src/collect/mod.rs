@@ -63,6 +63,8 @@ pub struct Tracer {
     /// The kernel's preemption model, where debugfs says: whether fentry
     /// programs can be preempted mid-run.
     preemption: Option<String>,
+    /// kprobe mode: the return probes made in tracefs (removed on drop).
+    kprobes: bpf::attach::Kprobes,
 }
 
 impl Tracer {
@@ -141,7 +143,15 @@ impl Tracer {
             fallback,
         };
         let fentry = |ebpf: &mut Ebpf| bpf::attach::fentry(ebpf, &inspector, &btf, classes, bodies);
-        let kprobe = |ebpf: &mut Ebpf| bpf::attach::kprobe(ebpf, &inspector, classes, bodies);
+        // The kprobe mode's tracefs return probes, kept with the tracer.
+        let mut kprobes = bpf::attach::Kprobes::default();
+        let mut kprobe = |ebpf: &mut Ebpf| {
+            bpf::attach::kprobe(ebpf, &inspector, classes, bodies).map(|mut hooked| {
+                let notes = std::mem::take(&mut hooked.notes);
+                kprobes = hooked;
+                notes
+            })
+        };
         let (attached, mut notes) = match mode {
             Some(AttachMode::Tracepoint) => (
                 attached(
@@ -219,6 +229,7 @@ impl Tracer {
             holder_split,
             view: ReportView::default(),
             preemption,
+            kprobes,
         })
     }
 
@@ -317,6 +328,7 @@ impl Tracer {
             "recursion_misses".to_owned(),
             programs.iter().map(|p| p.recursion_misses).sum(),
         );
+        drops.insert("kretprobe_missed".to_owned(), self.kprobes.missed());
         // Rows whose identity the kernel's map evicted before it was read.
         drops.insert(
             "identity_unknown".to_owned(),
