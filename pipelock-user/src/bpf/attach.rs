@@ -200,10 +200,21 @@ pub fn kprobe(
                 match (&hooked.tracefs, is_return) {
                     (Some(tracefs), true) => {
                         let fd = prog.fd().map_err(fail("attach", program))?;
-                        let probe = Retprobe::attach(tracefs, fd.as_fd(), target, retprobe::MAX_ACTIVE)
-                            .map_err(|why| Error::Usage(format!("{program} on {target}: {why}")))?;
-                        hooked.returns.push(probe);
-                        Ok(())
+                        match Retprobe::attach(tracefs, fd.as_fd(), target, retprobe::MAX_ACTIVE) {
+                            Ok(probe) => {
+                                hooked.returns.push(probe);
+                                return Ok(());
+                            }
+                            // What worked before tracefs was asked still does,
+                            // with the default instances.
+                            Err(why) => hooked.notes.push(format!(
+                                "{target}: its return probe has the kernel's default instances, tracefs \
+                                 refused one of {} ({why}): returns beyond that many threads asleep in it \
+                                 are not seen",
+                                retprobe::MAX_ACTIVE
+                            )),
+                        }
+                        prog.attach(target, 0).map_err(fail("attach", program)).map(drop)
                     }
                     _ => prog.attach(target, 0).map_err(fail("attach", program)).map(drop),
                 }
