@@ -139,10 +139,13 @@ impl Kprobes {
     /// Hits the return probes did not run for (out of instances, or nested
     /// in another kprobe's handler).
     pub fn missed(&self) -> u64 {
-        let Some(tracefs) = &self.tracefs else { return 0 };
+        let Some(tracefs) = self.tracefs.as_ref().filter(|_| !self.returns.is_empty()) else {
+            return 0;
+        };
+        let profile = std::fs::read_to_string(tracefs.join("kprobe_profile")).unwrap_or_default();
         self.returns
             .iter()
-            .filter_map(|probe| probe.missed(tracefs))
+            .filter_map(|probe| probe.missed(&profile))
             .sum()
     }
 }

@@ -133,10 +133,10 @@ impl Retprobe {
     }
 
     /// Hits the probe did not run for (no free instance, or it fired
-    /// inside another kprobe's handler), from tracefs's `kprobe_profile`.
-    pub fn missed(&self, tracefs: &Path) -> Option<u64> {
-        let profile = fs::read_to_string(tracefs.join("kprobe_profile")).ok()?;
-        profile_misses(&profile, &self.event.event)
+    /// inside another kprobe's handler), from tracefs's `kprobe_profile`
+    /// (its text, read once for all the probes).
+    pub fn missed(&self, profile: &str) -> Option<u64> {
+        profile_misses(profile, &self.event.event)
     }
 }
 
