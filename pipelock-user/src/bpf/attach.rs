@@ -129,7 +129,6 @@ fn optional_refusal(
 /// programs.
 #[derive(Default)]
 pub struct Kprobes {
-    pub notes: Vec<String>,
     pub returns: Vec<Retprobe>,
     /// Where the return probes were made, to read their miss counts.
     pub tracefs: Option<PathBuf>,
@@ -150,13 +149,14 @@ impl Kprobes {
     }
 }
 
-/// The fentry hooks' logic on kprobes/kretprobes.
+/// The fentry hooks' logic on kprobes/kretprobes; the notes are for the
+/// report.
 pub fn kprobe(
     ebpf: &mut Ebpf,
     inspector: &KernelInspector,
     classes: ClassSet,
     bodies: HookBodies,
-) -> Result<Kprobes, Error> {
+) -> Result<(Kprobes, Vec<String>), Error> {
     if !inspector.has_kprobes() {
         return Err(Error::Usage(
             "no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned(),
@@ -164,8 +164,8 @@ pub fn kprobe(
     }
     let kallsyms = inspector.kallsyms()?;
     let resolved = hooks::resolve(classes, |f| kallsyms.has_function(f)).map_err(Error::Usage)?;
+    let mut notes = hooks::missing_hook_notes(&resolved);
     let mut hooked = Kprobes {
-        notes: hooks::missing_hook_notes(&resolved),
         tracefs: inspector
             .tracefs()
             .filter(|dir| dir.join("kprobe_events").is_file()),
@@ -173,7 +173,7 @@ pub fn kprobe(
     };
     match &hooked.tracefs {
         Some(tracefs) => retprobe::remove_stale(tracefs),
-        None => hooked.notes.push(
+        None => notes.push(
             "no tracefs kprobe_events: return probes have the kernel's default instances (max(10, 2 × CPUs)); \
              a pipe call's return beyond that many threads asleep in it is not seen (its thread's next \
              locks of that pipe count as the call's), and such misses are not counted (mount tracefs at /sys/kernel/tracing)"
@@ -181,6 +181,8 @@ pub fn kprobe(
         ),
     }
     let mut loaded = HashSet::new();
+    // Return probes tracefs refused, attached with the default instances.
+    let mut refused = Vec::new();
     for &Resolved { row, function, .. } in &resolved {
         let Some(target) = function else { continue };
         let (entry, exit) = match bodies {
@@ -200,29 +202,28 @@ pub fn kprobe(
                 if loaded.insert(program) {
                     prog.load().map_err(fail("load", program))?;
                 }
-                match (&hooked.tracefs, is_return) {
-                    (Some(tracefs), true) => {
-                        let fd = prog.fd().map_err(fail("attach", program))?;
-                        match Retprobe::attach(tracefs, fd.as_fd(), target, retprobe::MAX_ACTIVE) {
-                            Ok(probe) => {
-                                hooked.returns.push(probe);
-                                return Ok(());
-                            }
-                            // What worked before tracefs was asked still does,
-                            // with the default instances.
-                            Err(why) => hooked.notes.push(format!(
-                                "{target}: its return probe has the kernel's default instances, tracefs \
-                                 refused one of {} ({why}): returns beyond that many threads asleep in it \
-                                 are not seen",
-                                retprobe::MAX_ACTIVE
-                            )),
+                if let (Some(tracefs), true) = (&hooked.tracefs, is_return) {
+                    let fd = prog.fd().map_err(fail("attach", program))?;
+                    match Retprobe::attach(tracefs, fd.as_fd(), target, retprobe::MAX_ACTIVE) {
+                        Ok(probe) => {
+                            hooked.returns.push(probe);
+                            return Ok(());
                         }
-                        prog.attach(target, 0).map_err(fail("attach", program)).map(drop)
+                        // What worked before tracefs was asked still does.
+                        Err(why) => refused.push(format!("{target} ({why})")),
                     }
-                    _ => prog.attach(target, 0).map_err(fail("attach", program)).map(drop),
                 }
+                prog.attach(target, 0).map_err(fail("attach", program)).map(drop)
             });
-        optional_refusal(row, target, attached, &mut hooked.notes)?;
+        optional_refusal(row, target, attached, &mut notes)?;
+    }
+    if !refused.is_empty() {
+        notes.push(format!(
+            "return probes with the kernel's default instances, tracefs refused ones of {}: {}; returns \
+             beyond that many threads asleep in the function are not seen",
+            retprobe::MAX_ACTIVE,
+            refused.join(", ")
+        ));
     }
     // Best effort: without it, contended acquisitions are not flagged.
     if classes.intersects(ClassSet::PIPE_LOCKS) && bodies == HookBodies::Pipelock {
@@ -235,12 +236,12 @@ pub fn kprobe(
             })
         });
         if let Err(err) = attached {
-            hooked.notes.push(format!(
+            notes.push(format!(
                 "contended pipe lock acquisitions are not flagged, and pipe mutex waits read 0: {err}"
             ));
         }
     }
-    Ok(hooked)
+    Ok((hooked, notes))
 }
 
 /// Fills `TASK_FILTER` and attaches the programs that keep it: a child

@@ -146,8 +146,7 @@ impl Tracer {
         // The kprobe mode's tracefs return probes, kept with the tracer.
         let mut kprobes = bpf::attach::Kprobes::default();
         let mut kprobe = |ebpf: &mut Ebpf| {
-            bpf::attach::kprobe(ebpf, &inspector, classes, bodies).map(|mut hooked| {
-                let notes = std::mem::take(&mut hooked.notes);
+            bpf::attach::kprobe(ebpf, &inspector, classes, bodies).map(|(hooked, notes)| {
                 kprobes = hooked;
                 notes
             })
