@@ -220,7 +220,8 @@ pub fn kprobe(
     if !refused.is_empty() {
         notes.push(format!(
             "return probes with the kernel's default instances, tracefs refused ones of {}: {}; returns \
-             beyond that many threads asleep in the function are not seen",
+             beyond that many threads asleep in the function are not seen, and kretprobe_missed does not \
+             count them",
             retprobe::MAX_ACTIVE,
             refused.join(", ")
         ));
