@@ -4,7 +4,7 @@
 use pipelock_common::TraceConfig;
 
 use crate::{
-    maps::{read, read_words},
+    kernel_memory::{read, read_words},
     typed::{Typed, word_at},
 };
 

@@ -22,7 +22,11 @@ use pipelock_common::{
     DetailFront, DetailKey, DetailStats, FRONT_LOCKS, FRONT_PARTS, Front, LockKey, LockStats,
 };
 
-use crate::maps::{Update, in_interval_map, interval, record_part, stats_of};
+use crate::{
+    counters::Update,
+    details::record_part,
+    maps::{in_interval_map, interval, stats_of},
+};
 
 /// Switched and drained with `LOCK_STATS` (the same `STATS_SLOT` parity).
 #[map]

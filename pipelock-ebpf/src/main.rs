@@ -14,8 +14,13 @@
 // raw instruction bytes.
 #![feature(asm_experimental_arch)]
 
+mod counters;
+mod details;
+mod drops;
 mod files;
+mod filter;
 mod front;
+mod kernel_memory;
 mod maps;
 mod probes;
 mod recognise;

@@ -1,20 +1,18 @@
-//! Every map and global the programs share with userspace, and the helpers
-//! that update them (statistics, identities, drops). Names are the ones in
-//! `pipelock_common::maps`.
+//! The maps and the global the programs share with userspace, and the
+//! lookups into them (the statistics pair an interval names, created on
+//! first use). Names are the ones in `pipelock_common::maps`.
 use aya_ebpf::{
-    EbpfContext,
     bindings::BPF_NOEXIST,
     btf_maps::StackTrace,
-    helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
     macros::{btf_map, map},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray},
-    programs::tracing::StackIdContext,
+    maps::{Array, HashMap, LruHashMap},
 };
 use pipelock_common::{
-    DetailKey, DetailStats, Drop, HolderClock, LockInfo, LockKey, LockStats, LockUser, NO_STACK,
-    STACK_FRAMES, TASK_SLOTS, TaskLockref, TaskName, TaskPipe, TaskWaits, TraceConfig, detail, hist_bucket,
-    task_filter,
+    DetailKey, DetailStats, Drop, HolderClock, LockInfo, LockKey, LockStats, LockUser, STACK_FRAMES,
+    TASK_SLOTS, TaskLockref, TaskName, TaskPipe, TaskWaits, TraceConfig,
 };
+
+use crate::drops::count_drop;
 
 /// Filled in by userspace at load time (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -136,9 +134,6 @@ pub(crate) static LOCK_USERS: HashMap<LockUser, [u8; 16]> = HashMap::with_max_en
 /// children of a `FOLLOW` process are added as they are forked.
 #[map]
 pub(crate) static TASK_FILTER: HashMap<u32, u32> = HashMap::with_max_entries(16384, 0);
-#[map]
-pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Drop::COUNT, 0);
-
 /// Per-thread pipe-call state, thread `tid` at slot `tid % TASK_SLOTS`
 /// (kept between calls, `pipe` 0 while outside one). An array, not a hash
 /// map keyed by thread id: every mutex and spinlock hook of the system
@@ -178,119 +173,10 @@ pub(crate) fn config() -> &'static TraceConfig {
     unsafe { &*core::ptr::read_volatile(&at) }
 }
 
-/// The traced command's process tree, `-p`, `-t` and `-c` (the thread's or
-/// its process's command name): whether the current task is one to record.
-#[inline(always)]
-pub(crate) fn wanted(cfg: &TraceConfig, pid_tgid: u64) -> bool {
-    if cfg.filter_tasks != 0 {
-        // SAFETY: lookups only.
-        let marks = |id: u32| unsafe { TASK_FILTER.get(&id) }.copied().unwrap_or(0);
-        let by_process = marks((pid_tgid >> 32) as u32) & task_filter::TRACED != 0;
-        let by_thread = || {
-            cfg.filter_tasks & task_filter::BY_TID != 0 && marks(pid_tgid as u32) & task_filter::THREAD != 0
-        };
-        if !by_process && !by_thread() {
-            return false;
-        }
-    }
-    cfg.filter_comm_set == 0
-        || bpf_get_current_comm().is_ok_and(|comm| comm == cfg.filter_comm)
-        // A thread named apart from its process (an io_uring worker):
-        // `-c` names processes.
-        || crate::task::process_comm(cfg).is_some_and(|comm| comm == cfg.filter_comm)
-}
-
-/// `*at += value`, atomically (BPF's `lock *(u64 *)(r + 0) += v`).
-///
-/// # Safety
-/// `at` points at a live, 8-byte aligned map value.
-#[inline(always)]
-pub(crate) unsafe fn atomic_add(at: *mut u64, value: u64) {
-    // SAFETY: as the caller promises.
-    unsafe {
-        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(at, value)
-    };
-}
-
 /// How many pipes have been freed since attach.
 #[inline(always)]
 pub(crate) fn pipe_frees() -> u64 {
     PIPE_FREES.get(0).copied().unwrap_or(0)
-}
-
-#[inline(always)]
-pub(crate) fn count_drop(reason: Drop) {
-    if let Some(slot) = DROPS.get_ptr_mut(reason as u32) {
-        // SAFETY: this CPU's slot (see `bump` for why atomic).
-        unsafe { atomic_add(slot, 1) };
-    }
-    warn_full(reason);
-}
-
-/// Which "map full" warnings have been logged (one slot per [`Drop`]).
-#[map]
-static WARNED: Array<u32> = Array::with_max_entries(Drop::COUNT, 0);
-
-/// The first time a map fills up, a warning in the log (`--ebpf-log`):
-/// the drop counters say how much was lost, this says when it began.
-/// Once per run (two CPUs at once may both log it).
-#[inline(always)]
-fn warn_full(reason: Drop) {
-    let message = match reason {
-        Drop::StatsFull => "LOCK_STATS is full: new locks are counted as stats_full (raise --max-locks)",
-        Drop::DetailFull => "LOCK_DETAILS is full: owners/callers/threads are counted as detail_full",
-        Drop::UsersFull => "LOCK_USERS is full: processes on locks are counted as users_full",
-        Drop::WatchFull => "WATCHED is full: waits go unsplit, counted as watch_full",
-        Drop::FollowFull => "TASK_FILTER is full: children of COMMAND are not followed",
-        Drop::StackLost => {
-            "STACKS is full or collided: stacks are counted as stack_lost (raise --stack-map-size)"
-        }
-        _ => return,
-    };
-    let Some(flag) = WARNED.get_ptr_mut(reason as u32) else {
-        return;
-    };
-    // SAFETY: a live map value; a race only logs twice.
-    unsafe {
-        if *flag != 0 {
-            return;
-        }
-        *flag = 1;
-    }
-    aya_log_ebpf::warn!(&(), "{}", message);
-}
-
-#[inline(always)]
-pub(crate) fn read<T>(address: u64) -> Option<T> {
-    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
-    unsafe { bpf_probe_read_kernel(address as *const T).ok() }
-}
-
-/// Two 8-byte-aligned words of one kernel object, `first` and `second`
-/// bytes into it (the lower bits hold a smaller field: little endian), in
-/// one read where they are close: a helper call costs more than the bytes
-/// it copies. A window that cannot be read (the object ends before it)
-/// falls back to two reads.
-#[inline(always)]
-pub(crate) fn read_words(base: u64, first: u32, second: u32) -> Option<(u64, u64)> {
-    let low = if first < second { first } else { second };
-    let (a, b) = (((first - low) / 8) as usize, ((second - low) / 8) as usize);
-    let aligned = first % 8 == 0 && second % 8 == 0;
-    if aligned && a < 2 && b < 2 {
-        if let Some(words) = read::<[u64; 2]>(base + low as u64) {
-            return Some((*words.get(a)?, *words.get(b)?));
-        }
-    } else if aligned
-        && a < 9
-        && b < 9
-        && let Some(words) = read::<[u64; 9]>(base + low as u64)
-    {
-        return Some((*words.get(a)?, *words.get(b)?));
-    }
-    Some((
-        read::<u64>(base + first as u64)?,
-        read::<u64>(base + second as u64)?,
-    ))
 }
 
 /// `with(map)` on the map of a pair (`even`, `odd`) that the interval's
@@ -359,119 +245,4 @@ pub(crate) fn detail_of(key: &DetailKey) -> Option<*mut DetailStats> {
         &DetailStats::default(),
         Drop::DetailFull,
     )
-}
-
-/// The current call stack's id in `STACKS` if callers are recorded
-/// ([`NO_STACK`] otherwise, or when it could not be stored).
-#[inline(always)]
-pub(crate) fn stack_id<C: EbpfContext + StackIdContext>(cfg: &TraceConfig, ctx: &C) -> u32 {
-    if cfg.details & (1 << detail::CALLER) == 0 {
-        return NO_STACK;
-    }
-    match ctx.get_stackid(&STACKS, 0) {
-        Ok(id) => id as u32,
-        Err(_) => {
-            count_drop(Drop::StackLost);
-            NO_STACK
-        }
-    }
-}
-
-/// One acquisition (or contended wait) in a lock's part `kind`/`id`;
-/// the part, for what a caller adds.
-#[inline(always)]
-pub(crate) fn record_part(
-    lock: LockKey,
-    kind: u32,
-    id: u32,
-    acquired: bool,
-    contended: bool,
-    wait_ns: u64,
-    hold_ns: u64,
-) -> Option<&'static mut DetailStats> {
-    let part = detail_of(&DetailKey { lock, kind, id })?;
-    // SAFETY: a live map value; every update of it is atomic.
-    let part = unsafe { &mut *part };
-    if acquired {
-        bump(&mut part.acquisitions, 1);
-    }
-    if contended {
-        bump(&mut part.contentions, 1);
-    }
-    bump(&mut part.wait_ns, wait_ns);
-    if wait_ns > part.wait_max_ns {
-        part.wait_max_ns = wait_ns;
-    }
-    if hold_ns != 0 {
-        bump(&mut part.hold_ns, hold_ns);
-    }
-    Some(part)
-}
-
-/// Records the current thread's names (per-task rows), once per slot owner.
-#[inline(always)]
-pub(crate) fn name_current(cfg: &TraceConfig, pid_tgid: u64) {
-    // Waiters are named for `--by task`, and in the hooked modes holders
-    // are named as spinlock owners.
-    if cfg.details & (1 << detail::TASK | 1 << detail::OWNER) == 0 {
-        return;
-    }
-    let name = TaskName {
-        tgid: (pid_tgid >> 32) as u32,
-        _pad: 0,
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
-    };
-    let _ = TASK_NAMES.insert(&(pid_tgid as u32), &name, 0);
-}
-
-/// `*counter += value` on a statistics value, which every CPU updates (and,
-/// as fentry programs run with only migration disabled, several tasks on
-/// one CPU too): a plain read-modify-write would lose updates, an atomic
-/// add (BPF's `lock +=`) cannot.
-#[inline(always)]
-pub(crate) fn bump(counter: &mut u64, value: u64) {
-    // SAFETY: a live, aligned map value.
-    unsafe { atomic_add(counter, value) };
-}
-
-/// How a value is updated: atomic adds on a map value every CPU writes,
-/// or plain ones on this CPU's own (tracepoint mode's fronts, see
-/// `crate::front`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Update {
-    Shared,
-    Here,
-}
-
-/// Adds `value` to a counter updated as `how` says.
-#[inline(always)]
-pub(crate) fn add(counter: &mut u64, value: u64, how: Update) {
-    if how == Update::Here {
-        *counter += value;
-    } else {
-        bump(counter, value);
-    }
-}
-
-/// Adds one duration to a histogram every CPU updates.
-#[inline(always)]
-pub(crate) fn record(hist: &mut pipelock_common::Histogram, ns: u64) {
-    record_as(hist, ns, Update::Shared);
-}
-
-/// Adds one duration to a histogram updated as `how` says. The maximum is
-/// a plain compare and store (BPF has no atomic max before
-/// compare-and-exchange, which needs a newer BPF ISA): two updates at once
-/// can lose a maximum, never a count.
-#[inline(always)]
-pub(crate) fn record_as(hist: &mut pipelock_common::Histogram, ns: u64, how: Update) {
-    // No `count`: it is the sum of the buckets, which userspace takes (one
-    // add less per recorded duration).
-    add(&mut hist.total_ns, ns, how);
-    if ns > hist.max_ns {
-        hist.max_ns = ns;
-    }
-    if let Some(slot) = hist.buckets.get_mut(hist_bucket(ns)) {
-        add(slot, 1, how);
-    }
 }

@@ -5,7 +5,7 @@
 //! per thread and lock (when the lock is named), not per wait.
 use pipelock_common::{LockInfo, TraceConfig, known};
 
-use crate::maps::read;
+use crate::kernel_memory::read;
 
 /// Fills `info.known` (and `detail`, `name`) if `lock` is the `wait_lock`
 /// of `info.pipe`'s mutex, a run queue's lock or a task's `pi_lock`.

@@ -11,7 +11,10 @@
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_get_current_comm, macros::map, maps::PerCpuArray};
 use pipelock_common::{Drop, LockInfo, LockKey, LockUser};
 
-use crate::maps::{LOCK_INFO, LOCK_USERS, count_drop, interval};
+use crate::{
+    drops::count_drop,
+    maps::{LOCK_INFO, LOCK_USERS, interval},
+};
 
 /// What this CPU recorded in `interval`: the lock it last named, the
 /// (lock, process) it last put in `LOCK_USERS`, and the owners it named, at

@@ -3,7 +3,7 @@ use aya_ebpf::helpers::bpf_get_current_task;
 use pipelock_common::TraceConfig;
 
 use crate::{
-    maps::read,
+    kernel_memory::read,
     typed::{Typed, with_address},
 };
 

@@ -1,6 +1,21 @@
-//! Units on the command line, shared by the tracing commands and the
-//! workloads (which must not depend on each other).
+//! Units in and out: seconds on the command line, durations in reports;
+//! shared by the tracing commands, the views and the workloads (which must
+//! not depend on each other).
 use std::time::Duration;
+
+/// `1.23 ms`-style durations, as perf lock contention prints them.
+pub fn human_ns(ns: u64) -> String {
+    let ns_f = ns as f64;
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.2} us", ns_f / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2} ms", ns_f / 1e6)
+    } else {
+        format!("{:.2} s", ns_f / 1e9)
+    }
+}
 
 /// A positive, finite number of seconds (fractions allowed).
 pub fn parse_seconds(text: &str) -> Result<Duration, String> {

@@ -2,6 +2,8 @@
 //! and runs every test layer. See README.md for the two commands that matter.
 mod bench;
 mod bootstrap;
+mod dist;
+mod installed;
 mod vm;
 
 use std::{
@@ -24,6 +26,15 @@ enum Task {
     /// Bootstrap nightly + rust-src + bpf-linker if needed, then build
     /// target/release/pipelock with its eBPF programs embedded.
     Build,
+    /// Build the static binary, then package it under target/dist/: a
+    /// tarball and a .deb with the man pages, shell completions, systemd
+    /// unit and Grafana dashboard.
+    Dist {
+        /// Then install the .deb, use it from the installed paths, and
+        /// remove it again (as `cargo xtask test` does).
+        #[arg(long)]
+        check: bool,
+    },
     /// Build, then run the main job: the pipe herd of commit 0ddad21d3e99
     /// traced, with its per-lock report (`pipelock run pipe-herd --trace`).
     Run {
@@ -145,6 +156,12 @@ fn task(task: Task) -> Result<()> {
             run(Command::new(pipelock).args(args))
         }
         Task::Test { no_vm } => test(&root, no_vm),
+        Task::Dist { check } => {
+            let tools = bootstrap::ensure(&root)?;
+            run(&mut cargo_static(&root, &tools, BUILD)?)?;
+            let dist = dist::dist(&root, &static_binary(&root))?;
+            if check { installed::check(&dist) } else { Ok(()) }
+        }
         Task::BenchWorkloads { pairs, seconds, only } => {
             let pipelock = build(&root)?;
             if !bench::bench_workloads(&root, &pipelock, pairs, seconds, &only)? {
@@ -233,6 +250,11 @@ fn cargo_static(root: &Path, tools: &bootstrap::Tools, args: &[&str]) -> Result<
 const BUILD: &[&str] = &["build", "--release", "--package", "pipelock-user"];
 const INTEGRATION: &[&str] = &["test", "--release", "--test", "integration"];
 
+/// Where `cargo_static(BUILD)` leaves the binary.
+fn static_binary(root: &Path) -> PathBuf {
+    root.join("target").join(TARGET).join("release/pipelock")
+}
+
 fn build(root: &Path) -> Result<PathBuf> {
     let tools = bootstrap::ensure(root)?;
     run(cargo(root, &tools)?.args(BUILD))?;
@@ -243,6 +265,13 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
     let tools = bootstrap::ensure(root)?;
     let tools = &tools;
     run(&mut cargo_static(root, tools, BUILD)?)?;
+    // The package a user installs, installed and used from its own paths.
+    bootstrap::ensure_debian_packages(&[
+        ("man-db", &|| bootstrap::which("man").is_some()),
+        ("systemd", &|| bootstrap::which("systemd-analyze").is_some()),
+    ])?;
+    let dist = dist::dist(root, &static_binary(root))?;
+    installed::check(&dist)?;
     // Default members only: pipelock-ebpf builds for the BPF target, not the host.
     run(&mut cargo_static(
         root,

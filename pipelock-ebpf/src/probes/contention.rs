@@ -23,9 +23,13 @@ use pipelock_common::{
 use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_owner_here, unwatch, watch};
 
 use crate::{
+    counters::{add, record_as},
+    details::{name_current, stack_id},
+    drops::count_drop,
     files::{file_of_fd, pipe_of_file},
+    filter::wanted,
     front::{record_contended_wait, stats_to_record},
-    maps::{TASK_WAITS, add, config, count_drop, interval, name_current, record_as, stack_id, wanted},
+    maps::{TASK_WAITS, config, interval},
     recognise::recognise,
     recorded::{name_lock, note_user},
     task::{on_task_stack, pid_tgid_of},

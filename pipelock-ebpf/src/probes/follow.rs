@@ -4,7 +4,11 @@
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::btf_tracepoint, programs::BtfTracePointContext};
 use pipelock_common::{Drop, task_filter};
 
-use crate::maps::{TASK_FILTER, config, count_drop, read};
+use crate::{
+    drops::count_drop,
+    kernel_memory::read,
+    maps::{TASK_FILTER, config},
+};
 
 /// `sched_process_fork(struct task_struct *parent, struct task_struct *child)`.
 #[btf_tracepoint(function = "sched_process_fork")]

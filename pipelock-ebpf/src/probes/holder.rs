@@ -23,11 +23,15 @@ use pipelock_common::{
 };
 
 use crate::front::record_contended_wait;
-use crate::maps::{
-    TASK_NAMES, Update, WATCHED, WATCHERS, add, atomic_add, bump, count_drop, read, record_part,
-};
 use crate::recorded::first_naming;
 use crate::typed::Typed;
+use crate::{
+    counters::{Update, add, atomic_add, bump},
+    details::record_part,
+    drops::count_drop,
+    kernel_memory::read,
+    maps::{TASK_NAMES, WATCHED, WATCHERS},
+};
 
 /// Whether waits are split by owner (the pipe-mutex class is traced).
 #[inline(always)]

@@ -16,7 +16,11 @@ use aya_ebpf::{
 use pipelock_common::{Drop, LockInfo, LockKey, TaskLockref, class};
 
 use crate::{
-    maps::{LOCK_INFO, TASK_LOCKREF, bump, config, count_drop, read, record, stats_of, wanted},
+    counters::{bump, record},
+    drops::count_drop,
+    filter::wanted,
+    kernel_memory::read,
+    maps::{LOCK_INFO, TASK_LOCKREF, config, stats_of},
     recorded::note_user,
 };
 

@@ -52,8 +52,8 @@ fn judge<C: EbpfContext>(ctx: &C, first_slot: u32) {
     };
     if let Some(count) = INTERRUPT_CHECK.get_ptr_mut(slot) {
         // SAFETY: this CPU's slot; an atomic add, as fentry-era programs
-        // may be preempted (see maps::bump).
-        unsafe { crate::maps::atomic_add(count, 1) };
+        // may be preempted (see counters::bump).
+        unsafe { crate::counters::atomic_add(count, 1) };
     }
 }
 

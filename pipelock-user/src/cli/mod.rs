@@ -90,6 +90,21 @@ pub enum Command {
         /// The result to compare ("after").
         b: PathBuf,
     },
+    /// For packagers: write the man pages or shell completions into DIR.
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: Generated,
+    },
+}
+
+/// What `pipelock generate` writes.
+#[derive(Debug, Subcommand)]
+pub enum Generated {
+    /// One man page per command (`pipelock.1`, `pipelock-trace.1`, …).
+    Man { dir: PathBuf },
+    /// bash, zsh and fish completion scripts.
+    Completions { dir: PathBuf },
 }
 
 /// What `trace` and `top` attach, and to whom (shared by both).

@@ -2,6 +2,7 @@
 //! programs, collection, model, views.
 pub mod ab;
 pub mod compare;
+pub mod generate;
 pub mod overhead;
 pub mod probe;
 pub mod run;
@@ -57,6 +58,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             verbose: args.verbose,
         }),
         Command::AbEmit { nonce, name, file } => ab::emit(&nonce, &name, &file),
+        Command::Generate { what } => generate::run(&what),
         Command::Compare { a, b } => {
             print!("{}", compare::compare(&a, &b)?);
             Ok(())

@@ -1,7 +1,7 @@
 //! Rows by call stack (`--by caller`) and by thread (`--by task`), and the
 //! top stack under each lock (`--callers`), as text.
-use super::text::human_ns;
 use crate::model::{CallerRow, TaskRow, TraceReport, class_label};
+use crate::units::human_ns;
 
 /// Frames of the top stack printed under each lock.
 const FRAMES_UNDER_A_LOCK: usize = 4;

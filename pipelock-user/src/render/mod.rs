@@ -10,6 +10,6 @@ pub mod why;
 pub use self::{
     csv::{CSV_COLUMNS, csv_block, to_csv},
     histogram::{render_histogram, render_histogram_width, render_histograms},
-    text::{human_ns, render},
+    text::render,
     why::render_owners,
 };

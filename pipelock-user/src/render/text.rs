@@ -1,19 +1,8 @@
 //! The report as text: perf-lock-style tables, times scaled ns/us/ms/s.
-use crate::model::{ByKey, MapFill, TraceReport, class_label};
-
-/// `1.23 ms`-style durations, as perf lock contention prints them.
-pub fn human_ns(ns: u64) -> String {
-    let ns_f = ns as f64;
-    if ns < 1_000 {
-        format!("{ns} ns")
-    } else if ns < 1_000_000 {
-        format!("{:.2} us", ns_f / 1e3)
-    } else if ns < 1_000_000_000 {
-        format!("{:.2} ms", ns_f / 1e6)
-    } else {
-        format!("{:.2} s", ns_f / 1e9)
-    }
-}
+use crate::{
+    model::{ByKey, MapFill, TraceReport, class_label},
+    units::human_ns,
+};
 
 /// The report as text; `top` limits the lock rows (totals count them all).
 pub fn render(report: &TraceReport, top: usize) -> String {

@@ -1,7 +1,7 @@
 //! The report's "who made them wait" section: per shown lock with owners,
 //! its busiest owners and what they were doing while waited for.
-use super::text::human_ns;
 use crate::model::{LockRow, TraceReport};
+use crate::units::human_ns;
 
 /// Owners listed under each lock.
 const OWNERS_SHOWN: usize = 3;

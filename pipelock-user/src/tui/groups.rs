@@ -3,7 +3,6 @@
 //! interval to totals like the lock rows.
 use std::collections::HashMap;
 
-use super::app::SortColumn;
 use crate::model::{ByKey, CallerRow, TaskRow, class_label};
 
 /// One call stack (`--by caller`) or thread (`--by task`) as the table
@@ -33,25 +32,6 @@ impl GroupRow {
         self.wait_total_ns
             .checked_div(self.total_acquisitions.unwrap_or(self.total_contentions))
             .unwrap_or(0)
-    }
-}
-
-impl SortColumn {
-    /// The same orders for call stacks and threads; their rows keep only
-    /// totals for wait and hold, so those columns sort by them.
-    pub(super) fn compare_groups(self, a: &GroupRow, b: &GroupRow) -> std::cmp::Ordering {
-        match self {
-            Self::ContentionsPerS => b.contentions_per_s.total_cmp(&a.contentions_per_s),
-            Self::AcquisitionsPerS => b
-                .acquisitions_per_s
-                .unwrap_or(0.0)
-                .total_cmp(&a.acquisitions_per_s.unwrap_or(0.0)),
-            Self::WaitAvg => b.wait_avg_ns().cmp(&a.wait_avg_ns()),
-            Self::WaitMax => b.wait_max_ns.cmp(&a.wait_max_ns),
-            Self::HoldAvg | Self::HoldMax => b.hold_total_ns.cmp(&a.hold_total_ns),
-            Self::TotalWait => b.wait_total_ns.cmp(&a.wait_total_ns),
-            Self::Name => a.label.cmp(&b.label),
-        }
     }
 }
 

@@ -14,7 +14,7 @@ use super::{
     groups::{GroupRow, rows_noun},
     view::rate,
 };
-use crate::{model::ByKey, render::human_ns};
+use crate::{model::ByKey, units::human_ns};
 
 /// A call-stack or thread table column, like [`Column`].
 struct GroupColumn {

@@ -15,7 +15,8 @@ use super::{
 };
 use crate::{
     model::{ByKey, Timing},
-    render::{human_ns, render_histogram_width},
+    render::render_histogram_width,
+    units::human_ns,
 };
 
 pub fn draw(frame: &mut Frame, app: &App) {

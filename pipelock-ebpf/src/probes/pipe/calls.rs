@@ -7,8 +7,11 @@ use pipelock_common::{
 };
 
 use crate::{
+    drops::count_drop,
     files::{file_at, file_of_fd, pipe_of_file},
-    maps::{PIPE_FREES, TASK_PIPE, config, count_drop, pipe_frees, read, wanted},
+    filter::wanted,
+    kernel_memory::read,
+    maps::{PIPE_FREES, TASK_PIPE, config, pipe_frees},
     recorded::note_user,
     typed::Typed,
 };
@@ -59,7 +62,7 @@ pub(super) fn enter_state(pid_tgid: u64) -> Option<&'static mut TaskPipe> {
     state.owner = pid_tgid;
     state.noted_pipe = 0;
     state.registered = 0;
-    crate::maps::name_current(cfg, pid_tgid);
+    crate::details::name_current(cfg, pid_tgid);
     Some(state)
 }
 
@@ -162,7 +165,7 @@ pub(super) fn adopt_pipe(state: &mut TaskPipe, lock: u64, tgid: u32) -> bool {
 pub(super) fn pipe_freed() {
     if let Some(frees) = PIPE_FREES.get_ptr_mut(0) {
         // SAFETY: the map's one slot; an atomic add, as every CPU frees pipes.
-        unsafe { crate::maps::atomic_add(frees, 1) };
+        unsafe { crate::counters::atomic_add(frees, 1) };
     }
 }
 

@@ -13,8 +13,10 @@ use pipelock_common::{
 
 use super::calls::{PIPE_PENDING, adopt_pipe, current_state, which_lock};
 use crate::{
+    counters::{add, record_as},
+    details::{record_part, stack_id},
     front::stats_to_record,
-    maps::{LOCK_INFO, add, config, record_as, record_part, stack_id},
+    maps::{LOCK_INFO, config},
     probes::holder::{
         mutex_owner, name_task, owner_split, owners_wanted, record_owner_here, record_split, unwatch, watch,
     },
