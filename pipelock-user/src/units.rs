@@ -28,6 +28,15 @@ pub fn parse_seconds(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A rate per second in a narrow column: `8596`, `25k`.
+pub fn human_rate(per_s: f64) -> String {
+    if per_s >= 10_000.0 {
+        format!("{:.0}k", per_s / 1000.0)
+    } else {
+        format!("{per_s:.0}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

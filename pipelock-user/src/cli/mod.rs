@@ -1,4 +1,6 @@
 //! Command-line interface (clap derive); `main.rs` dispatches on it.
+#[cfg(test)]
+mod docs_check;
 pub mod live;
 
 pub use live::{AbArgs, ServeArgs, TopArgs, TopWorkload};

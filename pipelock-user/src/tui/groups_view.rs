@@ -12,9 +12,11 @@ use ratatui::{
 use super::{
     app::{App, SortColumn},
     groups::{GroupRow, rows_noun},
-    view::rate,
 };
-use crate::{model::ByKey, units::human_ns};
+use crate::{
+    model::ByKey,
+    units::{human_ns, human_rate},
+};
 
 /// A call-stack or thread table column, like [`Column`].
 struct GroupColumn {
@@ -32,12 +34,12 @@ const GROUP_COLUMNS: [GroupColumn; 8] = [
     GroupColumn {
         header: "contended/s",
         width: 12,
-        cell: |r| rate(r.contentions_per_s),
+        cell: |r| human_rate(r.contentions_per_s),
     },
     GroupColumn {
         header: "acquired/s",
         width: 11,
-        cell: |r| r.acquisitions_per_s.map_or_else(|| "n/a".to_owned(), rate),
+        cell: |r| r.acquisitions_per_s.map_or_else(|| "n/a".to_owned(), human_rate),
     },
     GroupColumn {
         header: "total contended",

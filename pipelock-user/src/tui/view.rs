@@ -16,7 +16,7 @@ use super::{
 use crate::{
     model::{ByKey, Timing},
     render::render_histogram_width,
-    units::human_ns,
+    units::{human_ns, human_rate},
 };
 
 pub fn draw(frame: &mut Frame, app: &App) {
@@ -127,14 +127,6 @@ fn timing(t: Option<&Timing>, measured: bool, pick: fn(&Timing) -> u64) -> Strin
     }
 }
 
-pub(super) fn rate(v: f64) -> String {
-    if v >= 10_000.0 {
-        format!("{:.0}k", v / 1000.0)
-    } else {
-        format!("{v:.0}")
-    }
-}
-
 const COLUMNS: [Column; 13] = [
     Column {
         header: "class",
@@ -152,13 +144,13 @@ const COLUMNS: [Column; 13] = [
         header: "acquired/s",
         width: 11,
         priority: 4,
-        cell: |r| r.acquisitions_per_s.map_or_else(|| "n/a".to_owned(), rate),
+        cell: |r| r.acquisitions_per_s.map_or_else(|| "n/a".to_owned(), human_rate),
     },
     Column {
         header: "contended/s",
         width: 12,
         priority: 1,
-        cell: |r| rate(r.contentions_per_s),
+        cell: |r| human_rate(r.contentions_per_s),
     },
     Column {
         header: "wait avg",
