@@ -10,6 +10,7 @@ mod front;
 pub mod maps;
 pub mod programs;
 mod stats;
+pub mod summary;
 mod why;
 
 pub use drops::Drop;

@@ -22,11 +22,24 @@ pub enum Accel {
 }
 
 impl Accel {
+    pub const ALL: [Self; 2] = [Self::Kvm, Self::Tcg];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Kvm => "kvm",
             Self::Tcg => "tcg",
         }
+    }
+}
+
+impl std::str::FromStr for Accel {
+    type Err = String;
+
+    fn from_str(name: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| format!("`{name}`: want kvm or tcg"))
     }
 }
 

@@ -126,14 +126,9 @@ fn pipelock_value(pipelock: &Path, args: &[String], json: &Path) -> Result<f64> 
         .context("no value in the result")
 }
 
+/// A median of runs that were all made: NaN (printed as such) if none were.
 fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
+    pipelock_common::summary::median(values).unwrap_or(f64::NAN)
 }
 
 pub fn bench_workloads(

@@ -2,7 +2,11 @@
 //! and `ab` (two kernels under qemu).
 use std::{path::PathBuf, time::Duration};
 
-use clap::Args;
+use clap::{
+    Args,
+    builder::{PossibleValuesParser, TypedValueParser as _},
+};
+use pipelock_vm::qemu::Accel;
 
 use super::{TracingArgs, by_parser};
 use crate::{bpf::Filters, model::ByKey, units::parse_seconds};
@@ -76,12 +80,9 @@ impl TopWorkload {
     }
 }
 
-/// `--accel` of `pipelock ab`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum AbAccel {
-    Auto,
-    Kvm,
-    Tcg,
+/// Parses `--accel`: `auto` (None) or one of qemu's accelerators.
+fn accel_parser() -> impl clap::builder::TypedValueParser<Value = Option<Accel>> {
+    PossibleValuesParser::new(["auto", "kvm", "tcg"]).map(|s| s.parse().ok())
 }
 
 /// `--memory 1G`, `--memory 512M` → MiB.
@@ -109,8 +110,8 @@ pub struct AbArgs {
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub runs: u32,
     /// auto: KVM if /dev/kvm answers within 3 s, else TCG (emulated).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub accel: AbAccel,
+    #[arg(long, value_name = "ACCEL", default_value = "auto", value_parser = accel_parser())]
+    pub accel: Option<Accel>,
     /// The guest's CPUs.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub cpus: u32,

@@ -45,11 +45,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Ab(args) => ab::run(ab::Options {
             kernels: args.kernels,
             runs: args.runs,
-            accel: match args.accel {
-                crate::cli::live::AbAccel::Auto => ab::AccelChoice::Auto,
-                crate::cli::live::AbAccel::Kvm => ab::AccelChoice::Kvm,
-                crate::cli::live::AbAccel::Tcg => ab::AccelChoice::Tcg,
-            },
+            accel: args.accel,
             cpus: args.cpus,
             memory_mib: args.memory,
             timeout: args.timeout,

@@ -44,17 +44,6 @@ impl Summary {
     }
 }
 
-pub fn median(values: &[f64]) -> Option<f64> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(sorted[n / 2]),
-        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
-    }
-}
-
 /// UnixBench's score for "lps" tests: drop the lowest third of the samples
 /// (floor(n/3)), take the geometric mean of the rest. Returns (score, kept).
 pub fn unixbench_score(samples: &[f64]) -> Option<(f64, usize)> {
@@ -179,8 +168,6 @@ mod tests {
         assert!(close(s.stddev, 2.138_089_935, 1e-9));
         assert_eq!(Summary::of(&[3.0]).unwrap().stddev, 0.0);
         assert!(Summary::of(&[]).is_none());
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
     }
 
     #[test]

@@ -25,19 +25,11 @@ pub use self::guest::emit;
 use self::{guest::Kernel, table::Figures};
 use crate::{Error, output::Outputs};
 
-/// `--accel`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccelChoice {
-    /// KVM if `/dev/kvm` answers within a few seconds, else TCG.
-    Auto,
-    Kvm,
-    Tcg,
-}
-
 pub struct Options {
     pub kernels: Vec<String>,
     pub runs: u32,
-    pub accel: AccelChoice,
+    /// None: KVM if `/dev/kvm` answers within a few seconds, else TCG.
+    pub accel: Option<Accel>,
     pub cpus: u32,
     pub memory_mib: u32,
     /// Per boot.
@@ -242,11 +234,7 @@ pub fn run(options: Options) -> Result<(), Error> {
     let mut guest = Guest {
         options: &options,
         machine: Machine {
-            accel: if options.accel == AccelChoice::Kvm {
-                Accel::Kvm
-            } else {
-                Accel::Tcg
-            },
+            accel: options.accel.unwrap_or(Accel::Tcg),
             cpus: options.cpus,
             memory_mib: options.memory_mib,
         },
@@ -256,7 +244,7 @@ pub fn run(options: Options) -> Result<(), Error> {
     // auto: KVM if it creates a VM and boots kernel A's preflight in
     // seconds (it exists and hangs on some hosts), else TCG.
     let mut preflight_a = None;
-    if options.accel == AccelChoice::Auto && qemu::kvm_answers(Duration::from_secs(3)) {
+    if options.accel.is_none() && qemu::kvm_answers(Duration::from_secs(3)) {
         guest.machine.accel = Accel::Kvm;
         guest.timeout = KVM_PROBE.min(options.timeout);
         match guest.boot(&kernels[0], "A preflight, KVM probe", guest::preflight_script) {

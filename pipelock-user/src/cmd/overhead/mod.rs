@@ -19,6 +19,7 @@ mod runs;
 
 use std::path::Path;
 
+use pipelock_common::summary::median;
 use serde::Serialize;
 
 pub use self::markdown::to_markdown;
@@ -121,18 +122,6 @@ fn median_cost(mut costs: Vec<Cost>) -> Option<Cost> {
     costs.sort_by(|a, b| a.ns_per_run().total_cmp(&b.ns_per_run()));
     let middle = costs.len().checked_sub(1)? / 2;
     Some(costs.swap_remove(middle))
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
 }
 
 /// The issue sets the tracepoint target on real hardware (this host) and the
@@ -300,7 +289,8 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                 values.iter().copied().fold(f64::INFINITY, f64::min),
                 values.iter().copied().fold(0.0, f64::max),
             );
-            let ratio_median = median(values);
+            // One ratio per pair, and pairs ≥ 1.
+            let ratio_median = median(values).unwrap_or(f64::NAN);
             let cost = median_cost(std::mem::take(&mut costs[i]));
             let runs = cost.as_ref().map(Cost::runs);
             let run_ns = cost.as_ref().map(Cost::run_ns);
@@ -320,7 +310,7 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                     .zip(run_ns)
                     .and_then(|(c, t)| (c.cpu_s > 0.0).then(|| t as f64 / 1e9 / c.cpu_s)),
                 map_memory_bytes: cost.as_ref().and_then(|c| c.map_memory),
-                collector_cpu_share: (!collector[i].is_empty()).then(|| median(&mut collector[i])),
+                collector_cpu_share: median(&mut collector[i]),
                 programs: cost.map(|c| c.programs).unwrap_or_default(),
                 target: goal.map(|g| (g, ratio_median >= g)),
             });
@@ -400,12 +390,5 @@ mod tests {
         let picked = median_cost(vec![run(1, 500), run(1, 200)]).unwrap();
         assert_eq!(picked.programs[0].name, "p200");
         assert!(median_cost(Vec::new()).is_none());
-    }
-
-    #[test]
-    fn median_of_even_and_odd_counts() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&mut []).is_nan());
     }
 }
