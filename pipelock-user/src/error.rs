@@ -79,9 +79,18 @@ pub enum Error {
         #[source]
         source: pipelock_vm::Error,
     },
+    /// A guest of `pipelock ab` booted but gave no usable result.
+    #[error("kernel {kernel}: {reason}")]
+    Guest { kernel: String, reason: String },
+    /// The kernel cannot be traced the way the command asks.
+    #[error("{reason}")]
+    Unsupported { reason: String },
     /// The arguments are valid one by one but not together.
     #[error("{0}")]
     Usage(String),
+    /// The thread that drains the maps ended with a panic.
+    #[error("the collector thread stopped with a panic")]
+    CollectorPanicked,
     /// Ctrl-C (or SIGTERM) stopped the command; what finished was reported.
     #[error("interrupted")]
     Interrupted,

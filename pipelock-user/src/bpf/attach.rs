@@ -66,7 +66,7 @@ pub fn fentry(
     let resolved = hooks::resolve(classes, |f| {
         kallsyms.has_function(f) && kernel_btf.has_function(f)
     })
-    .map_err(Error::Usage)?;
+    .map_err(|reason| Error::Unsupported { reason })?;
     let mut notes = hooks::missing_hook_notes(&resolved);
     for &Resolved { index, row, function } in &resolved {
         let Some(target) = function else { continue };
@@ -158,12 +158,13 @@ pub fn kprobe(
     bodies: HookBodies,
 ) -> Result<(Kprobes, Vec<String>), Error> {
     if !inspector.has_kprobes() {
-        return Err(Error::Usage(
-            "no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned(),
-        ));
+        return Err(Error::Unsupported {
+            reason: "no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned(),
+        });
     }
     let kallsyms = inspector.kallsyms()?;
-    let resolved = hooks::resolve(classes, |f| kallsyms.has_function(f)).map_err(Error::Usage)?;
+    let resolved = hooks::resolve(classes, |f| kallsyms.has_function(f))
+        .map_err(|reason| Error::Unsupported { reason })?;
     let mut notes = hooks::missing_hook_notes(&resolved);
     let mut hooked = Kprobes {
         tracefs: inspector
@@ -279,9 +280,11 @@ pub fn task_filter(ebpf: &mut Ebpf, filters: &Filters) -> Result<Vec<String>, Er
     });
     match attached {
         Ok(()) => Ok(Vec::new()),
-        Err(why) if filters.follow_children => Err(Error::Usage(format!(
-            "cannot follow COMMAND's processes ({why}); trace system-wide with -a, or name them with -p"
-        ))),
+        Err(why) if filters.follow_children => Err(Error::Unsupported {
+            reason: format!(
+                "cannot follow COMMAND's processes ({why}); trace system-wide with -a, or name them with -p"
+            ),
+        }),
         Err(why) => Ok(vec![format!(
             "an exited -p process is not forgotten ({why}): a new process given its pid would be traced"
         )]),
@@ -329,9 +332,9 @@ pub fn contention_tracepoints(ebpf: &mut Ebpf, bodies: HookBodies) -> Result<Tra
         return Ok(TracepointKind::TpBtf);
     };
     if bodies == HookBodies::Empty {
-        return Err(Error::Usage(format!(
-            "--empty-programs in tracepoint mode needs tp_btf programs: {why}"
-        )));
+        return Err(Error::Unsupported {
+            reason: format!("--empty-programs in tracepoint mode needs tp_btf programs: {why}"),
+        });
     }
     log::info!("tp_btf unavailable ({why}); using the classic tracepoints");
     for (program, event) in [
@@ -354,7 +357,11 @@ mod tests {
     fn a_refused_optional_hook_is_a_note_a_required_one_an_error() {
         let splice = HOOKS.iter().find(|r| r.hook.role == "splice entry").unwrap();
         let mutex = HOOKS.iter().find(|r| r.hook.role == "mutex lock").unwrap();
-        let refused = || Err(Error::Usage("EBUSY".to_owned()));
+        let refused = || {
+            Err(Error::Unsupported {
+                reason: "EBUSY".to_owned(),
+            })
+        };
         let mut notes = Vec::new();
         optional_refusal(splice, "do_splice", refused(), &mut notes).unwrap();
         assert_eq!(notes.len(), 1);

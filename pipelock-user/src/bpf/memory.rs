@@ -100,7 +100,9 @@ pub struct MapShape {
 
 /// Every map of the eBPF object `object`, sized as `sizes` makes them.
 pub fn object_shapes(object: &[u8], sizes: &MapSizes) -> Result<Vec<MapShape>, Error> {
-    let parsed = aya_obj::Object::parse(object).map_err(|e| Error::Usage(format!("the eBPF object: {e}")))?;
+    let parsed = aya_obj::Object::parse(object).map_err(|e| Error::Load {
+        source: aya::EbpfError::ParseError(e),
+    })?;
     let overrides = sizes.overrides();
     let mut shapes: Vec<MapShape> = parsed
         .maps

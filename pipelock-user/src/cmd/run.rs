@@ -4,7 +4,7 @@ use crate::{
     Error,
     bpf::Filters,
     cli::WorkloadCommand,
-    collect::Tracer,
+    collect::{Background, DRAIN_PERIOD, Flow, Tracer},
     model::{ClassSet, LockClass},
     render,
     workload::{
@@ -34,24 +34,34 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
             ClassSet::of(&[LockClass::Lockref]),
         ),
     };
-    // The workload's processes are this one's children and theirs.
-    let tracer = if trace.trace {
+    // The workload's processes are this one's children and theirs. The
+    // maps are drained each second while it runs, as by `pipelock trace`.
+    let mut collector = if trace.trace {
         let filters = Filters {
             follow_children: true,
             classes,
             ..Filters::default()
         };
-        Some(Tracer::attach(trace.trace_mode, &filters, ebpf_log)?)
+        let tracer = Tracer::attach(trace.trace_mode, &filters, ebpf_log)?;
+        Some(Background::start(
+            tracer,
+            DRAIN_PERIOD,
+            |collector, tracer| collector.drain(tracer).map(|_| Flow::Continue),
+            |collector, tracer| {
+                let drained = collector.drain(tracer)?;
+                collector.total_report(tracer, &drained.fill).map(Some)
+            },
+        )?)
     } else {
         None
     };
-    // The trace goes into the result file too, read once the runs end.
+    // The trace goes into the result file too, taken once the runs end.
     let mut traced = None;
     let report = workload::run_then(workload.as_ref(), &common, &mut |report| {
-        if let Some(tracer) = &tracer {
-            let trace = tracer.report()?;
-            report.trace = serde_json::to_value(&trace).ok();
-            traced = Some(trace);
+        if let Some(collector) = collector.take() {
+            let trace = collector.finish()?;
+            report.trace = trace.as_ref().and_then(|t| serde_json::to_value(t).ok());
+            traced = trace;
         }
         Ok(())
     })?;

@@ -10,8 +10,7 @@
 //! signal exits at once.
 use std::{
     net::{SocketAddr, TcpListener},
-    sync::{Arc, mpsc},
-    thread,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -30,7 +29,7 @@ use tokio::{
 use crate::{
     Error,
     bpf::{AttachMode, Filters},
-    collect::{IntervalCollector, Tracer},
+    collect::{Background, Flow, Tracer},
     render::metrics::{Exposition, openmetrics, prometheus_text},
 };
 
@@ -84,45 +83,33 @@ pub fn run(options: Options) -> Result<(), Error> {
         exposition: None,
         at: Instant::now(),
     });
-    let (stop, stopped) = mpsc::channel::<()>();
     let (interval, per_lock_top) = (options.interval, options.per_lock_top);
-    let collector = thread::Builder::new()
-        .name("collector".into())
-        .spawn(move || -> Result<(), Error> {
-            let mut collector = IntervalCollector::new(&tracer);
-            let mut next = Instant::now() + interval;
-            loop {
-                match stopped.recv_timeout(next.saturating_duration_since(Instant::now())) {
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    // Dropping the tracer when this returns detaches everything.
-                    _ => return Ok(()),
-                }
-                next += interval;
-                let drained = collector.drain(&mut tracer)?;
-                let exposition = Exposition {
-                    report: collector.total_report(&tracer, &drained.fill)?,
-                    classes,
-                    per_lock_top,
-                    version: env!("CARGO_PKG_VERSION"),
-                };
-                published.send_replace(Published {
-                    exposition: Some(Arc::new(exposition)),
-                    at: Instant::now(),
-                });
-            }
-        })
-        .map_err(|source| Error::Io {
-            what: "spawn",
-            source,
-        })?;
+    let collector = Background::start(
+        tracer,
+        interval,
+        move |collector, tracer| {
+            let drained = collector.drain(tracer)?;
+            let exposition = Exposition {
+                report: collector.total_report(tracer, &drained.fill)?,
+                classes,
+                per_lock_top,
+                version: env!("CARGO_PKG_VERSION"),
+            };
+            published.send_replace(Published {
+                exposition: Some(Arc::new(exposition)),
+                at: Instant::now(),
+            });
+            Ok(Flow::Continue)
+        },
+        |_, _| Ok(()),
+    )?;
     eprintln!(
         "pipelock: serving metrics on http://{}/metrics (Ctrl-C or SIGTERM to stop)",
         options.listen
     );
     let served = serve(listener, subscribed, interval);
-    let _ = stop.send(());
-    let collected = collector.join().unwrap_or(Ok(()));
-    served.and(collected)
+    // Stopping the collector drops the tracer: everything is detached.
+    served.and(collector.finish())
 }
 
 /// Runs the HTTP server until the first SIGTERM or SIGINT.

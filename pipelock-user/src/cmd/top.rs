@@ -9,7 +9,7 @@
 use std::{
     io::{self, IsTerminal as _},
     process::{Child, Command, Stdio},
-    sync::mpsc::{self, RecvTimeoutError},
+    sync::mpsc,
     thread,
     time::{Duration, Instant},
 };
@@ -20,7 +20,7 @@ use ratatui::{Terminal, backend::CrosstermBackend};
 use crate::{
     Error,
     bpf::{AttachMode, Filters},
-    collect::{IntervalCollector, Tracer},
+    collect::{Background, Control, Flow, Tracer},
     model::ByKey,
     tui::{
         app::{Action, App, Sample},
@@ -48,12 +48,6 @@ pub struct Options {
     pub by: ByKey,
     pub load: Load,
     pub ebpf_log: bool,
-}
-
-/// From the event loop to the collector thread.
-enum CollectorCommand {
-    Reset,
-    Stop,
 }
 
 pub fn run(options: Options) -> Result<(), Error> {
@@ -87,31 +81,24 @@ pub fn run(options: Options) -> Result<(), Error> {
     let mut load = LoadRunner::start(options.load)?;
 
     let (samples_tx, samples) = mpsc::channel();
-    let (commands, commands_rx) = mpsc::channel();
-    let interval = options.interval;
-    let collector = thread::spawn(move || -> Result<(), Error> {
-        let mut tracer = tracer;
-        let mut collector = IntervalCollector::new(&tracer);
-        let started = Instant::now();
-        let mut next = started + interval;
-        loop {
-            match commands_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
-                Ok(CollectorCommand::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
-                Ok(CollectorCommand::Reset) => collector.reset(),
-                Err(RecvTimeoutError::Timeout) => {
-                    next += interval;
-                    let snapshot = collector.tick(&mut tracer)?;
-                    let sample = Sample {
-                        snapshot,
-                        elapsed_s: started.elapsed().as_secs_f64(),
-                    };
-                    if samples_tx.send(sample).is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    });
+    let started = Instant::now();
+    let collector = Background::start(
+        tracer,
+        options.interval,
+        move |collector, tracer| {
+            let sample = Sample {
+                snapshot: collector.tick(tracer)?,
+                elapsed_s: started.elapsed().as_secs_f64(),
+            };
+            // The view is gone: nobody to show the next one to.
+            Ok(if samples_tx.send(sample).is_ok() {
+                Flow::Continue
+            } else {
+                Flow::Done
+            })
+        },
+        |_, _| Ok(()),
+    )?;
 
     let result = (|| -> Result<(), Error> {
         let _guard = TerminalGuard::enter()?;
@@ -131,9 +118,7 @@ pub fn run(options: Options) -> Result<(), Error> {
                         dirty = true;
                         match app.on_key(key) {
                             Action::Quit => return Ok(()),
-                            Action::Reset => {
-                                let _ = commands.send(CollectorCommand::Reset);
-                            }
+                            Action::Reset => collector.send(Control::Reset),
                             Action::None => {}
                         }
                     }
@@ -156,11 +141,7 @@ pub fn run(options: Options) -> Result<(), Error> {
         }
     })();
     load.stop();
-    let _ = commands.send(CollectorCommand::Stop);
-    let collected = collector
-        .join()
-        .unwrap_or_else(|_| Err(Error::Usage("the collector thread panicked".to_owned())));
-    result.and(collected)
+    result.and(collector.finish())
 }
 
 /// The load `pipelock top` started; its output would tear the screen, so

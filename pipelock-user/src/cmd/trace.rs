@@ -11,7 +11,7 @@ use crate::{
     bpf::HookBodies,
     cli::TraceArgs,
     collect::{
-        IntervalCollector, Tracer,
+        DRAIN_PERIOD, IntervalCollector, Tracer,
         child::{find_program, spawn_command},
         wait_for,
     },
@@ -20,9 +20,6 @@ use crate::{
     output::{Format, Outputs},
     render,
 };
-
-/// How often a trace without `--interval` drains the kernel's maps.
-const DRAIN_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     if let (Some(interval), Some(duration)) = (args.interval, args.duration)
@@ -117,7 +114,11 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
             tick(&mut *tracer, false).map(drop)
         })?
     };
-    let mut report = tick(&mut tracer, true)?.ok_or_else(|| Error::Usage("no final report".to_owned()))?;
+    // The last tick always makes the whole run's report.
+    let mut report = match tick(&mut tracer, true)? {
+        Some(report) => report,
+        None => collector.total_report(&tracer, &[])?,
+    };
     drop(tracer);
     if args.reset {
         println!("--- whole run ---");

@@ -1,19 +1,26 @@
 //! A tracing session: attach the programs of one mode (`auto`: fentry, then
 //! kprobes, then the contention tracepoints, saying why), read the maps into
 //! model rows, tick an interval collector, supervise the traced command.
+mod background;
 pub mod child;
 pub mod interval;
 mod rows;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aya::{Ebpf, EbpfLoader};
 use pipelock_common::{TRACE_CONFIG_GLOBAL, detail};
 
 pub use self::{
+    background::{Background, Control, Flow},
     child::{own_cpu_seconds, wait_for},
     interval::IntervalCollector,
 };
+
+/// How often the kernel's maps are drained where the user sets no interval:
+/// the maps then need room for one second's locks, not for every lock a
+/// long trace ever saw.
+pub const DRAIN_PERIOD: Duration = Duration::from_secs(1);
 use crate::{
     Error,
     bpf::{
@@ -275,16 +282,6 @@ impl Tracer {
         &self.notes
     }
 
-    /// Reads and merges the maps into a report of everything since attach.
-    pub fn report(&self) -> Result<TraceReport, Error> {
-        let stats = maps::read_stats(&self.ebpf)?;
-        let mut ids = maps::read_identities(&self.ebpf)?;
-        maps::read_stacks(&self.ebpf, &stats.details, &Identities::default(), &mut ids)?;
-        let mut report = self.build_report(&stats, &ids, self.started.elapsed())?;
-        report.maps = maps::map_fill(&self.ebpf, &ids);
-        Ok(report)
-    }
-
     pub(crate) fn ebpf(&self) -> &Ebpf {
         &self.ebpf
     }
@@ -302,7 +299,7 @@ impl Tracer {
         &self,
         taken: &maps::Taken,
         ids: &Identities,
-        duration: std::time::Duration,
+        duration: Duration,
     ) -> Result<TraceReport, Error> {
         let hooked = self.attached.mode.is_hooked();
         let mode = self.short_mode();

@@ -168,8 +168,12 @@ impl Guest<'_> {
         );
         let _ = std::fs::remove_file(&initramfs);
         let booted = booted.map_err(|source| Error::Vm { source })?;
-        read_console(&booted.log, &nonce, booted.timed_out.then_some(self.timeout))
-            .map_err(|why| Error::Usage(format!("kernel {} ({label}): {why}", kernel.spec)))
+        read_console(&booted.log, &nonce, booted.timed_out.then_some(self.timeout)).map_err(|reason| {
+            Error::Guest {
+                kernel: format!("{} ({label})", kernel.spec),
+                reason,
+            }
+        })
     }
 }
 
@@ -271,7 +275,7 @@ pub fn run(options: Options) -> Result<(), Error> {
         }
     );
     let measured = (|| -> Result<[KernelRuns; 2], Error> {
-        let mut sides: Vec<KernelRuns> = Vec::new();
+        let mut sides = Vec::with_capacity(2);
         for (kernel, side) in kernels.iter().zip(["A", "B"]) {
             eprintln!("pipelock ab: {side}: preflight of {}", kernel.image.display());
             let results = match (side, preflight_a.take()) {
@@ -296,22 +300,25 @@ pub fn run(options: Options) -> Result<(), Error> {
                 eprintln!("pipelock ab: {label} on {}", sides[at].release);
                 let results =
                     guest.boot(kernel, &label, |nonce| guest::run_script(nonce, &options.command))?;
-                let (_, json) = results.iter().find(|(name, _)| name == "result").ok_or_else(|| {
-                    Error::Usage(format!("kernel {} ({label}): no result came back", kernel.spec))
-                })?;
-                let value: serde_json::Value = serde_json::from_slice(json).map_err(|e| {
-                    Error::Usage(format!(
-                        "kernel {} ({label}): its result is not JSON: {e}",
-                        kernel.spec
-                    ))
-                })?;
+                let failed = |reason: String| Error::Guest {
+                    kernel: format!("{} ({label})", kernel.spec),
+                    reason,
+                };
+                let (_, json) = results
+                    .iter()
+                    .find(|(name, _)| name == "result")
+                    .ok_or_else(|| failed("no result came back".to_owned()))?;
+                let value: serde_json::Value = serde_json::from_slice(json)
+                    .map_err(|e| failed(format!("its result is not JSON: {e}")))?;
                 sides[at].runs.push(value);
             }
         }
-        let [a, b]: [KernelRuns; 2] = sides
-            .try_into()
-            .map_err(|_| Error::Usage("two kernels".to_owned()))?;
-        Ok([a, b])
+        let mut sides = sides.into_iter();
+        // One side was pushed per kernel, and there are two.
+        match (sides.next(), sides.next()) {
+            (Some(a), Some(b)) => Ok([a, b]),
+            _ => unreachable!("two kernels give two sides"),
+        }
     })();
     let _ = std::fs::remove_dir_all(&work);
     let [a, b] = measured?;
@@ -319,7 +326,10 @@ pub fn run(options: Options) -> Result<(), Error> {
         side.runs
             .iter()
             .map(|run| {
-                table::figures(run).map_err(|why| Error::Usage(format!("kernel {}: {why}", side.spec)))
+                table::figures(run).map_err(|reason| Error::Guest {
+                    kernel: side.spec.clone(),
+                    reason,
+                })
             })
             .collect()
     };

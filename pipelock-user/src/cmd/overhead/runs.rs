@@ -35,7 +35,9 @@ fn run_quietly(command: &mut Command) -> Result<(), Error> {
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-        return Err(Error::Usage(format!("{command:?} failed: {last}")));
+        return Err(Error::Workload {
+            reason: format!("{command:?} failed: {last}"),
+        });
     }
     Ok(())
 }
@@ -44,10 +46,9 @@ fn run_quietly(command: &mut Command) -> Result<(), Error> {
 /// of the workers: the tracer's own loading is not in it).
 fn workload_result(result: &Path) -> Result<(f64, f64), Error> {
     let report = crate::workload::report::load(result)?;
-    let run = report
-        .runs
-        .first()
-        .ok_or_else(|| Error::Usage(format!("{}: the workload finished no run", result.display())))?;
+    let run = report.runs.first().ok_or_else(|| Error::Workload {
+        reason: format!("{}: the workload finished no run", result.display()),
+    })?;
     Ok((run.value, run.counters.task_clock_ms / 1e3))
 }
 
