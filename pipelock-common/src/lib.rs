@@ -5,18 +5,18 @@
 //! the `aya::Pod` impls userspace needs to read them.
 #![no_std]
 
+mod cpu_local;
+mod details;
 mod drops;
-mod front;
 pub mod maps;
 pub mod programs;
 mod stats;
 pub mod summary;
-mod why;
 
+pub use cpu_local::{CPU_LOCAL_LOCKS, CPU_LOCAL_PARTS, CpuLocalDetails, CpuLocalStats};
+pub use details::{DetailKey, DetailStats, HolderClock, NO_STACK, STACK_FRAMES, TaskName, detail, holder};
 pub use drops::Drop;
-pub use front::{DetailFront, FRONT_LOCKS, FRONT_PARTS, Front};
 pub use stats::{HIST_BUCKETS, Histogram, LockStats, hist_bucket};
-pub use why::{DetailKey, DetailStats, HolderClock, NO_STACK, STACK_FRAMES, TaskName, detail, holder};
 
 /// Values of `TASK_FILTER` (bits), and of `TraceConfig::filter_tasks`.
 pub mod task_filter {
@@ -143,7 +143,7 @@ pub struct TraceConfig {
     pub filter_comm: [u8; 16],
     /// Non-zero: the kernel preempts no kernel code (`none` or `voluntary`
     /// preemption), so a fentry program runs to its end once started and
-    /// a mutex release may update this CPU's front with plain adds.
+    /// a mutex release may update this CPU's local table with plain adds.
     pub runs_unpreempted: u32,
     /// BTF type ids of `struct file`, `inode`, `mutex` and `task_struct` in
     /// the kernel's BTF, for `bpf_rdonly_cast`: a kernel address cast to
@@ -380,8 +380,8 @@ mod user {
     unsafe impl aya::Pod for super::TraceConfig {}
     unsafe impl aya::Pod for super::Pending {}
     unsafe impl aya::Pod for super::LockStats {}
-    unsafe impl aya::Pod for super::Front {}
-    unsafe impl aya::Pod for super::DetailFront {}
+    unsafe impl aya::Pod for super::CpuLocalStats {}
+    unsafe impl aya::Pod for super::CpuLocalDetails {}
     unsafe impl aya::Pod for super::LockInfo {}
     unsafe impl aya::Pod for super::LockUser {}
     unsafe impl aya::Pod for super::LockKey {}

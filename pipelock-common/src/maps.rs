@@ -11,13 +11,13 @@ pub const TASK_WAITS: &str = "TASK_WAITS";
 /// `HashMap<LockKey, LockStats>`, twice: the programs add to the
 /// one `STATS_SLOT` names while userspace drains the other.
 pub const LOCK_STATS: [&str; 2] = ["LOCK_STATS_A", "LOCK_STATS_B"];
-/// `PerCpuArray<Front>` with one slot, twice, switched and drained with
+/// `PerCpuArray<CpuLocalStats>` with one slot, twice, switched and drained with
 /// `LOCK_STATS`: each CPU's statistics of its hottest pipe locks
 /// (tracepoint mode).
-pub const FRONT: [&str; 2] = ["FRONT_A", "FRONT_B"];
-/// `PerCpuArray<DetailFront>` with one slot, twice, switched and drained
+pub const CPU_LOCAL: [&str; 2] = ["CPU_LOCAL_A", "CPU_LOCAL_B"];
+/// `PerCpuArray<CpuLocalDetails>` with one slot, twice, switched and drained
 /// with `LOCK_DETAILS`: each CPU's figures of its busiest parts.
-pub const DETAIL_FRONT: [&str; 2] = ["DETAIL_FRONT_A", "DETAIL_FRONT_B"];
+pub const CPU_DETAILS: [&str; 2] = ["CPU_DETAILS_A", "CPU_DETAILS_B"];
 /// `Array<u32>` with one slot: which of `LOCK_STATS` the programs use.
 pub const STATS_SLOT: &str = "STATS_SLOT";
 /// `Array<TaskPipe>`, one slot per thread id modulo `TASK_SLOTS` (hooked

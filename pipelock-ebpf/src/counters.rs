@@ -25,8 +25,8 @@ pub(crate) fn bump(counter: &mut u64, value: u64) {
 }
 
 /// How a value is updated: atomic adds on a map value every CPU writes,
-/// or plain ones on this CPU's own (tracepoint mode's fronts, see
-/// `crate::front`).
+/// or plain ones on this CPU's own (tracepoint mode's CPU-local tables, see
+/// `crate::cpu_local`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Update {
     Shared,

@@ -15,11 +15,11 @@
 #![feature(asm_experimental_arch)]
 
 mod counters;
+mod cpu_local;
 mod details;
 mod drops;
 mod files;
 mod filter;
-mod front;
 mod kernel_memory;
 mod maps;
 mod probes;

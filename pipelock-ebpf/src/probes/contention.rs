@@ -24,11 +24,11 @@ use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_o
 
 use crate::{
     counters::{add, record_as},
+    cpu_local::{record_contended_wait, stats_to_record},
     details::{name_current, stack_id},
     drops::count_drop,
     files::{file_of_fd, pipe_of_file},
     filter::wanted,
-    front::{record_contended_wait, stats_to_record},
     maps::{TASK_WAITS, config, interval},
     recognise::recognise,
     recorded::{name_lock, note_user},

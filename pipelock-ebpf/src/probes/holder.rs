@@ -22,7 +22,7 @@ use pipelock_common::{
     holder::{self, STATES, with_spin},
 };
 
-use crate::front::record_contended_wait;
+use crate::cpu_local::record_contended_wait;
 use crate::recorded::first_naming;
 use crate::typed::Typed;
 use crate::{
@@ -183,8 +183,8 @@ pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Op
 
 /// Adds one contended wait of `ns` to `lock`'s row of owner `tid`, with
 /// the owner's state split (clamped to the wait: the clock's parts are read
-/// without a lock), in this CPU's front where it has room: only from the
-/// programs `crate::front` names.
+/// without a lock), in this CPU's local table where it has room: only from the
+/// programs `crate::cpu_local` names.
 #[inline(always)]
 pub(crate) fn record_owner_here(lock: LockKey, tid: u32, ns: u64, split: Option<[u64; STATES]>) {
     if let Some((part, how)) = record_contended_wait(lock, detail::OWNER, tid, ns) {

@@ -9,7 +9,8 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, Map, MapError, PerCpuArray, PerCpuValues},
 };
 use pipelock_common::{
-    DetailFront, DetailKey, DetailStats, Drop, Front, LockInfo, LockKey, LockStats, LockUser, TaskName, maps,
+    CpuLocalDetails, CpuLocalStats, DetailKey, DetailStats, Drop, LockInfo, LockKey, LockStats, LockUser,
+    TaskName, maps,
 };
 
 use crate::{
@@ -17,8 +18,8 @@ use crate::{
     model::{
         MapFill,
         naming::comm_text,
+        owners::{Details, TaskNames, merge_detail},
         timing::merge_stats,
-        why::{Details, TaskNames, merge_detail},
     },
 };
 
@@ -56,10 +57,10 @@ fn add_stats(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<(), Error> {
     Ok(())
 }
 
-/// Every CPU's front of one parity (`maps::FRONT`, `maps::DETAIL_FRONT`).
-fn fronts<T: aya::Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<T>, Error> {
-    let fronts: PerCpuArray<_, T> = PerCpuArray::try_from(map(ebpf, name)?).map_err(map_err(name))?;
-    Ok(fronts
+/// Every CPU's local table of one parity (`maps::CPU_LOCAL`, `maps::CPU_DETAILS`).
+fn cpu_tables<T: aya::Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<T>, Error> {
+    let cpu_tables: PerCpuArray<_, T> = PerCpuArray::try_from(map(ebpf, name)?).map_err(map_err(name))?;
+    Ok(cpu_tables
         .get(&0, 0)
         .map_err(map_err(name))?
         .iter()
@@ -67,11 +68,11 @@ fn fronts<T: aya::Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<T>, Error> {
         .collect())
 }
 
-/// Adds every CPU's lock front of one parity to `into`; true if any held a lock.
-fn add_fronts(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<bool, Error> {
+/// Adds every CPU's local lock table of one parity to `into`; true if any held a lock.
+fn add_cpu_local(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<bool, Error> {
     let mut held = false;
-    for front in fronts::<Front>(ebpf, name)? {
-        for (key, stats) in front.entries() {
+    for table in cpu_tables::<CpuLocalStats>(ebpf, name)? {
+        for (key, stats) in table.entries() {
             held = true;
             let mut stats = *stats;
             stats.wait.count_buckets();
@@ -85,11 +86,11 @@ fn add_fronts(ebpf: &Ebpf, name: &str, into: &mut Stats) -> Result<bool, Error> 
     Ok(held)
 }
 
-/// Adds every CPU's part front of one parity to `into`; true if any held a part.
-fn add_detail_fronts(ebpf: &Ebpf, name: &str, into: &mut Details) -> Result<bool, Error> {
+/// Adds every CPU's local part table of one parity to `into`; true if any held a part.
+fn add_cpu_details(ebpf: &Ebpf, name: &str, into: &mut Details) -> Result<bool, Error> {
     let mut held = false;
-    for front in fronts::<DetailFront>(ebpf, name)? {
-        for (key, stats) in front.entries() {
+    for table in cpu_tables::<CpuLocalDetails>(ebpf, name)? {
+        for (key, stats) in table.entries() {
             held = true;
             merge_detail(into.entry(*key).or_default(), stats);
         }
@@ -97,18 +98,19 @@ fn add_detail_fronts(ebpf: &Ebpf, name: &str, into: &mut Details) -> Result<bool
     Ok(held)
 }
 
-/// Empties every CPU's front of one parity for the interval that uses it next.
-fn empty_fronts<T: aya::Pod>(ebpf: &mut Ebpf, name: &str, empty: T) -> Result<(), Error> {
+/// Empties every CPU's local table of one parity for the interval that uses it next.
+fn empty_cpu_local<T: aya::Pod>(ebpf: &mut Ebpf, name: &str, empty: T) -> Result<(), Error> {
     let cpus = aya::util::nr_cpus().map_err(|(_, source)| Error::Io {
         what: "counting the possible CPUs",
         source,
     })?;
     let zeros = PerCpuValues::try_from(vec![empty; cpus]).map_err(|source| Error::Io {
-        what: "emptying a per-CPU front",
+        what: "emptying a CPU-local table",
         source,
     })?;
-    let mut fronts: PerCpuArray<_, T> = PerCpuArray::try_from(map_mut(ebpf, name)?).map_err(map_err(name))?;
-    fronts.set(0, zeros, 0).map_err(map_err(name))
+    let mut cpu_tables: PerCpuArray<_, T> =
+        PerCpuArray::try_from(map_mut(ebpf, name)?).map_err(map_err(name))?;
+    cpu_tables.set(0, zeros, 0).map_err(map_err(name))
 }
 
 /// Adds one breakdown map's entries to `into`.
@@ -129,17 +131,17 @@ pub struct Taken {
     pub details: Details,
 }
 
-/// Every traced lock's statistics not drained yet (both maps, all fronts).
+/// Every traced lock's statistics not drained yet (both maps, all CPU-local tables).
 pub fn read_stats(ebpf: &Ebpf) -> Result<Taken, Error> {
     let mut taken = Taken::default();
-    for name in maps::FRONT {
-        add_fronts(ebpf, name, &mut taken.stats)?;
+    for name in maps::CPU_LOCAL {
+        add_cpu_local(ebpf, name, &mut taken.stats)?;
     }
     for name in maps::LOCK_STATS {
         add_stats(ebpf, name, &mut taken.stats)?;
     }
-    for name in maps::DETAIL_FRONT {
-        add_detail_fronts(ebpf, name, &mut taken.details)?;
+    for name in maps::CPU_DETAILS {
+        add_cpu_details(ebpf, name, &mut taken.details)?;
     }
     for name in maps::LOCK_DETAILS {
         add_details(ebpf, name, &mut taken.details)?;
@@ -172,15 +174,15 @@ pub fn take_stats(ebpf: &mut Ebpf) -> Result<(Taken, &'static str), Error> {
     add_stats(ebpf, name, &mut taken.stats)?;
     add_details(ebpf, details_name, &mut taken.details)?;
     // Only what the maps held is removed from them: a removal is a syscall,
-    // and the fronts' locks and parts (dozens of owner rows on a herd) are
+    // and the CPU-local tables' locks and parts (dozens of owner rows on a herd) are
     // not there.
     let stats_keys: Vec<LockKey> = taken.stats.keys().copied().collect();
     let detail_keys: Vec<DetailKey> = taken.details.keys().copied().collect();
-    if add_fronts(ebpf, maps::FRONT[old], &mut taken.stats)? {
-        empty_fronts(ebpf, maps::FRONT[old], Front::EMPTY)?;
+    if add_cpu_local(ebpf, maps::CPU_LOCAL[old], &mut taken.stats)? {
+        empty_cpu_local(ebpf, maps::CPU_LOCAL[old], CpuLocalStats::EMPTY)?;
     }
-    if add_detail_fronts(ebpf, maps::DETAIL_FRONT[old], &mut taken.details)? {
-        empty_fronts(ebpf, maps::DETAIL_FRONT[old], DetailFront::EMPTY)?;
+    if add_cpu_details(ebpf, maps::CPU_DETAILS[old], &mut taken.details)? {
+        empty_cpu_local(ebpf, maps::CPU_DETAILS[old], CpuLocalDetails::EMPTY)?;
     }
     let mut drained: BpfHashMap<_, LockKey, LockStats> =
         BpfHashMap::try_from(map_mut(ebpf, name)?).map_err(map_err(name))?;

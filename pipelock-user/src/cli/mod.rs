@@ -1,9 +1,13 @@
 //! Command-line interface (clap derive); `main.rs` dispatches on it.
+mod ab;
 #[cfg(test)]
 mod docs_check;
-pub mod live;
+mod watch;
 
-pub use live::{AbArgs, ServeArgs, TopArgs, TopWorkload};
+pub use self::{
+    ab::AbArgs,
+    watch::{ServeArgs, TopArgs},
+};
 use std::{path::PathBuf, time::Duration};
 
 use clap::{
@@ -15,6 +19,7 @@ use crate::{
     bpf::{AttachMode, Filters},
     model::{ByKey, ClassSet, LockMatch, ReportView, SortKey, view::DEFAULT_STACK_DEPTH},
     units::parse_seconds,
+    workload::WorkloadName,
 };
 
 /// `--mode`: an attach mode, or None for `auto` (an alias, because clap
@@ -267,7 +272,7 @@ pub struct OverheadArgs {
     pub seconds: Duration,
     /// Only these workloads (default: pipe-throughput, pipe-herd, lockref-stat).
     #[arg(long = "workload", value_enum, value_delimiter = ',')]
-    pub workloads: Vec<TopWorkload>,
+    pub workloads: Vec<WorkloadName>,
     /// Attach modes to measure; ones this kernel refuses are skipped with the reason.
     #[arg(long = "mode", value_name = "MODES", value_delimiter = ',', default_value = "fentry,kprobe,tracepoint", value_parser = attach_mode_parser())]
     pub modes: Vec<AttachMode>,
@@ -427,7 +432,7 @@ mod tests {
             panic!("not top");
         };
         assert_eq!(top.tracing.mode, Some(AttachMode::Kprobe));
-        assert_eq!(top.workload, Some(TopWorkload::PipeHerd));
+        assert_eq!(top.workload, Some(WorkloadName::PipeHerd));
         assert_eq!(
             top.tracing.filters(true).classes,
             ClassSet::of(&[crate::model::LockClass::Lockref])
@@ -444,7 +449,7 @@ mod tests {
         assert_eq!(overhead.modes, [AttachMode::Tracepoint, AttachMode::Fentry]);
         assert_eq!(
             overhead.workloads,
-            [TopWorkload::PipeHerd, TopWorkload::LockrefStat]
+            [WorkloadName::PipeHerd, WorkloadName::LockrefStat]
         );
         let Command::Overhead(default) = parse("overhead").command else {
             panic!("not overhead");
@@ -480,6 +485,20 @@ mod tests {
             "compare a.json b.json",
         ] {
             parse(line);
+        }
+    }
+
+    /// `run`'s subcommands and the workload list name the same workloads.
+    #[test]
+    fn run_has_one_subcommand_per_workload() {
+        let cli = Cli::command();
+        let run = cli.find_subcommand("run").unwrap();
+        let subcommands: Vec<&str> = run.get_subcommands().map(|c| c.get_name()).collect();
+        let names: Vec<&str> = WorkloadName::ALL.iter().map(|w| w.name()).collect();
+        assert_eq!(subcommands, names);
+        for workload in WorkloadName::ALL {
+            let value = clap::ValueEnum::to_possible_value(&workload).unwrap();
+            assert_eq!(value.get_name(), workload.name(), "--workload's spelling");
         }
     }
 

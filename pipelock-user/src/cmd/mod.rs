@@ -27,7 +27,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             filters: args.filters(),
             by: args.by,
             load: match (args.workload, args.command.is_empty()) {
-                (Some(workload), _) => top::Load::Workload(workload.subcommand().to_owned()),
+                (Some(workload), _) => top::Load::Workload(workload.name().to_owned()),
                 (None, false) => top::Load::Command(args.command),
                 (None, true) => top::Load::None,
             },

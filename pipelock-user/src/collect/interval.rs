@@ -14,9 +14,10 @@ use crate::{
     Error,
     bpf::maps::{self, Identities, Taken},
     model::{
-        LockClass, MapFill, Snapshot, SortKey, TraceReport, sort_rows,
+        LockClass, MapFill, Snapshot, SortKey, TraceReport,
+        owners::{fold_details, merge_details},
+        sort_rows,
         timing::merge_stats,
-        why::{fold_details, merge_details},
     },
 };
 

@@ -8,8 +8,8 @@ use crate::{
         CallerRow, LockClass, LockRow, ReportView, SortKey, TaskRow, Timing,
         callers::{callers_of, merge_callers, tasks_of},
         naming::identify,
+        owners::{by_lock, holds_of, owners_of},
         sort_rows,
-        why::{by_lock, holds_of, owners_of},
     },
 };
 

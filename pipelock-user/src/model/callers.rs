@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     class::LockClass,
-    why::{FOLDED, TaskNames},
+    owners::{FOLDED, TaskNames},
 };
 
 /// What the report's rows are: locks (the default), call stacks across
@@ -155,7 +155,7 @@ pub fn callers_of<'a>(
             (NO_STACK, _) | (_, None) => vec!["(stack lost)".to_owned()],
             (_, Some(frames)) => caller_frames(&frames, depth),
         };
-        super::why::merge_detail(grouped.entry(stack).or_default(), stats);
+        super::owners::merge_detail(grouped.entry(stack).or_default(), stats);
     }
     let mut rows: Vec<CallerRow> = grouped
         .into_iter()
@@ -221,7 +221,7 @@ pub fn tasks_of<'a>(
     let mut grouped: HashMap<(Option<LockClass>, u32), DetailStats> = HashMap::new();
     for (class, key, stats) in parts {
         if key.kind == detail::TASK {
-            super::why::merge_detail(grouped.entry((class, key.id)).or_default(), stats);
+            super::owners::merge_detail(grouped.entry((class, key.id)).or_default(), stats);
         }
     }
     let mut rows: Vec<TaskRow> = grouped

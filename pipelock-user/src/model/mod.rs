@@ -5,14 +5,14 @@ pub mod callers;
 pub mod class;
 pub mod naming;
 pub mod notes;
+pub mod owners;
 pub mod report;
 pub mod timing;
 pub mod view;
-pub mod why;
 
 pub use callers::{ByKey, CallerRow, TaskRow};
 pub use class::{ClassSet, LockClass, class_label};
+pub use owners::{HoldState, HolderState, OwnerRow};
 pub use report::{ClassTotal, LockRow, MapFill, ProgramStats, Snapshot, SortKey, TraceReport, sort_rows};
 pub use timing::{PERCENTILE_RESOLUTION, Timing};
 pub use view::{LockMatch, ReportView};
-pub use why::{HoldState, HolderState, OwnerRow};

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::{
     callers::{ByKey, CallerRow, TaskRow},
     class::LockClass,
+    owners::{HoldState, HolderState, OwnerRow},
     timing::{PERCENTILE_RESOLUTION, Timing},
-    why::{HoldState, HolderState, OwnerRow},
 };
 
 /// One traced lock.

@@ -4,12 +4,12 @@ pub mod callers;
 pub mod csv;
 pub mod histogram;
 pub mod metrics;
+pub mod owners;
 pub mod text;
-pub mod why;
 
 pub use self::{
     csv::{CSV_COLUMNS, csv_block, to_csv},
     histogram::{render_histogram, render_histogram_width, render_histograms},
+    owners::render_owners,
     text::render,
-    why::render_owners,
 };

@@ -81,7 +81,7 @@ fn lock_table(report: &TraceReport, top: usize) -> String {
                 report.locks.len() - top
             ));
         }
-        out.push_str(&super::why::render_owners(report, top));
+        out.push_str(&super::owners::render_owners(report, top));
         out.push_str(&super::callers::top_callers(report, top));
     }
     out

@@ -59,6 +59,35 @@ pub enum Progress {
 }
 
 /// A workload pipelock can run and repeat.
+/// The built-in workloads, by name: the one list `run`'s subcommands,
+/// `top --workload` and `overhead --workload` are checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkloadName {
+    PipeThroughput,
+    PipeHerd,
+    PipeStream,
+    LockrefStat,
+}
+
+impl WorkloadName {
+    pub const ALL: [Self; 4] = [
+        Self::PipeThroughput,
+        Self::PipeHerd,
+        Self::PipeStream,
+        Self::LockrefStat,
+    ];
+
+    /// Its name on the command line: the `pipelock run` subcommand.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PipeThroughput => "pipe-throughput",
+            Self::PipeHerd => "pipe-herd",
+            Self::PipeStream => "pipe-stream",
+            Self::LockrefStat => "lockref-stat",
+        }
+    }
+}
+
 pub trait Workload {
     fn name(&self) -> &'static str;
     fn metric(&self) -> Metric;

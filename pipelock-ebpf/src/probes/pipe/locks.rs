@@ -14,8 +14,8 @@ use pipelock_common::{
 use super::calls::{PIPE_PENDING, adopt_pipe, current_state, which_lock};
 use crate::{
     counters::{add, record_as},
+    cpu_local::stats_to_record,
     details::{record_part, stack_id},
-    front::stats_to_record,
     maps::{LOCK_INFO, config},
     probes::holder::{
         mutex_owner, name_task, owner_split, owners_wanted, record_owner_here, record_split, unwatch, watch,
@@ -289,9 +289,9 @@ pub(super) fn released(lock: u64) {
         owner: state.ino[index / COUNT],
     };
     let cfg = config();
-    // This CPU's front takes plain adds from programs that run to their end:
+    // This CPU's local table takes plain adds from programs that run to their end:
     // a spinlock's release runs with interrupts off, a mutex's only where
-    // the kernel preempts no kernel code (see `crate::front`).
+    // the kernel preempts no kernel code (see `crate::cpu_local`).
     let unpreempted = index % COUNT != pipe_lock::MUTEX || cfg.runs_unpreempted != 0;
     let Some((stats, how)) = stats_to_record(&key, unpreempted) else {
         return;
@@ -321,7 +321,7 @@ pub(super) fn released(lock: u64) {
     record_as(&mut stats.wait, wait, how);
     record_as(&mut stats.hold, hold, how);
     if contended && index % COUNT != pipe_lock::MUTEX && owners_wanted(cfg) {
-        // The shared rows: the front's set hash would do arithmetic on the
+        // The shared rows: the local table's set hash would do arithmetic on the
         // lock, which the verifier refuses for a hook's typed pointer.
         record_split(key, detail::OWNER, previous as u32, wait, None);
     }

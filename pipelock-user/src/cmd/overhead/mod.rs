@@ -24,7 +24,9 @@ use serde::Serialize;
 
 pub use self::markdown::to_markdown;
 use self::runs::{Cost, Programs, TracedBy, mode_refusal, perf_binary, scratch, traced, untraced};
-use crate::{Error, bpf::AttachMode, cli::OverheadArgs, model::ProgramStats, output::Outputs};
+use crate::{
+    Error, bpf::AttachMode, cli::OverheadArgs, model::ProgramStats, output::Outputs, workload::WorkloadName,
+};
 
 /// Targets of the overhead issue; a row that misses one says so.
 pub const TRACEPOINT_TARGET: f64 = 0.97;
@@ -54,19 +56,19 @@ fn cases(seconds: f64, herd_limit: u64, stat_target: &Path) -> Vec<Case> {
     let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
     vec![
         Case {
-            name: "pipe-throughput",
+            name: WorkloadName::PipeThroughput.name(),
             args: words(&format!("pipe-throughput --passes 1 --duration {seconds}")),
             classes: "pipe-mutex,pipe-wait,other",
             higher_is_better: true,
         },
         Case {
-            name: "pipe-herd",
+            name: WorkloadName::PipeHerd.name(),
             args: words(&format!("pipe-herd -k 6 --limit {herd_limit}")),
             classes: "pipe-mutex,pipe-wait,other",
             higher_is_better: false,
         },
         Case {
-            name: "lockref-stat",
+            name: WorkloadName::LockrefStat.name(),
             args: words(&format!(
                 "lockref-stat --threads 2 --duration {seconds} --path {}",
                 stat_target.display()
@@ -158,7 +160,7 @@ pub fn run_command(args: &OverheadArgs) -> Result<(), Error> {
     let results = run(&Options {
         pairs: usize::from(args.pairs),
         seconds: args.seconds.as_secs_f64(),
-        workloads: args.workloads.iter().map(|w| w.subcommand().to_owned()).collect(),
+        workloads: args.workloads.iter().map(|w| w.name().to_owned()).collect(),
         modes: args.modes.clone(),
         herd_limit: args.herd_limit,
     })?;

@@ -1,9 +1,9 @@
 //! Each CPU's own statistics of the locks and parts it records most
-//! (`pipelock_common::{Front, DetailFront}`), updated with plain adds;
+//! (`pipelock_common::{CpuLocalStats, CpuLocalDetails}`), updated with plain adds;
 //! what they have no room for goes to the shared maps.
 //!
 //! Plain adds are safe only from programs that run to their end on their
-//! CPU, and that no other front writer can interrupt:
+//! CPU, and that no other writer of the table can interrupt:
 //! - tracepoint mode's `contention_end`: tracepoints run with preemption
 //!   off, and a run nested in one by an interrupt is skipped (a recursion
 //!   miss: a classic tracepoint's `bpf_prog_active`, `tp_btf`'s own guard
@@ -13,13 +13,14 @@
 //! - hooked modes' pipe-mutex `contention_end` (a tracepoint, as above)
 //!   and releases: a spinlock's runs with interrupts off; a
 //!   mutex's runs with preemption off as a kprobe, but a fentry program
-//!   only has migration disabled, so a mutex release uses the front only
+//!   only has migration disabled, so a mutex release uses the local table only
 //!   where the kernel preempts no kernel code (`runs_unpreempted`).
 //!   Interrupts nest no release of a pipe lock: no interrupt takes a pipe's
 //!   mutex or wait-queue locks.
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use pipelock_common::{
-    DetailFront, DetailKey, DetailStats, FRONT_LOCKS, FRONT_PARTS, Front, LockKey, LockStats,
+    CPU_LOCAL_LOCKS, CPU_LOCAL_PARTS, CpuLocalDetails, CpuLocalStats, DetailKey, DetailStats, LockKey,
+    LockStats,
 };
 
 use crate::{
@@ -30,69 +31,71 @@ use crate::{
 
 /// Switched and drained with `LOCK_STATS` (the same `STATS_SLOT` parity).
 #[map]
-pub(crate) static FRONT_A: PerCpuArray<Front> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static CPU_LOCAL_A: PerCpuArray<CpuLocalStats> = PerCpuArray::with_max_entries(1, 0);
 #[map]
-pub(crate) static FRONT_B: PerCpuArray<Front> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static CPU_LOCAL_B: PerCpuArray<CpuLocalStats> = PerCpuArray::with_max_entries(1, 0);
 /// Switched and drained with `LOCK_DETAILS`.
 #[map]
-pub(crate) static DETAIL_FRONT_A: PerCpuArray<DetailFront> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static CPU_DETAILS_A: PerCpuArray<CpuLocalDetails> = PerCpuArray::with_max_entries(1, 0);
 #[map]
-pub(crate) static DETAIL_FRONT_B: PerCpuArray<DetailFront> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static CPU_DETAILS_B: PerCpuArray<CpuLocalDetails> = PerCpuArray::with_max_entries(1, 0);
 
 /// The statistics of `key` to record a wait or hold in, and how to update
-/// them: in this CPU's front if `front` (a pipe's own lock, from a program
-/// the front is safe for) and it has room, else in the shared map.
+/// them: in this CPU's local table if `cpu_local` (a pipe's own lock, from a program
+/// the local table is safe for) and it has room, else in the shared map.
 #[inline(always)]
-pub(crate) fn stats_to_record(key: &LockKey, front: bool) -> Option<(&'static mut LockStats, Update)> {
-    if front && let Some(stats) = front_stats_of(key) {
+pub(crate) fn stats_to_record(key: &LockKey, cpu_local: bool) -> Option<(&'static mut LockStats, Update)> {
+    if cpu_local && let Some(stats) = cpu_local_stats_of(key) {
         return Some((stats, Update::Here));
     }
     // SAFETY: a live map value; every update of it is atomic (`Shared`).
     Some((unsafe { &mut *stats_of(key)? }, Update::Shared))
 }
 
-/// This CPU's statistics of `key`: its entry in the front, taken if free.
-/// None once the front holds other locks.
+/// This CPU's statistics of `key`: its entry in the local table, taken if free.
+/// None once the local table holds other locks.
 #[inline(always)]
-fn front_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
-    let front = in_interval_map(interval() % 2 != 0, &FRONT_A, &FRONT_B, |map| map.get_ptr_mut(0))?;
+fn cpu_local_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
+    let table = in_interval_map(interval() % 2 != 0, &CPU_LOCAL_A, &CPU_LOCAL_B, |map| {
+        map.get_ptr_mut(0)
+    })?;
     // SAFETY: this CPU's value; only this program writes it (see above).
-    let front = unsafe { &mut *front };
-    for at in 0..FRONT_LOCKS {
-        let entry = front.keys.get_mut(at)?;
+    let table = unsafe { &mut *table };
+    for at in 0..CPU_LOCAL_LOCKS {
+        let entry = table.keys.get_mut(at)?;
         if entry.lock == 0 {
             *entry = *key;
         } else if *entry != *key {
             continue;
         }
-        return front.stats.get_mut(at);
+        return table.stats.get_mut(at);
     }
     None
 }
 
 /// This CPU's figures of part `key`: one of its two entries, taken if free.
 #[inline(always)]
-fn detail_front_of(key: &DetailKey) -> Option<&'static mut DetailStats> {
-    let front = in_interval_map(interval() % 2 != 0, &DETAIL_FRONT_A, &DETAIL_FRONT_B, |map| {
+fn cpu_local_detail_of(key: &DetailKey) -> Option<&'static mut DetailStats> {
+    let table = in_interval_map(interval() % 2 != 0, &CPU_DETAILS_A, &CPU_DETAILS_B, |map| {
         map.get_ptr_mut(0)
     })?;
-    // SAFETY: as in `front_stats_of`.
-    let front = unsafe { &mut *front };
-    let set = DetailFront::sets(key) & (FRONT_PARTS - 2);
+    // SAFETY: as in `cpu_local_stats_of`.
+    let table = unsafe { &mut *table };
+    let set = CpuLocalDetails::sets(key) & (CPU_LOCAL_PARTS - 2);
     for at in [set, set + 1] {
-        let entry = front.keys.get_mut(at)?;
+        let entry = table.keys.get_mut(at)?;
         if entry.lock.lock == 0 {
             *entry = *key;
         } else if *entry != *key {
             continue;
         }
-        return front.stats.get_mut(at);
+        return table.stats.get_mut(at);
     }
     None
 }
 
 /// Tracepoint mode: one contended wait of `ns` in part `kind`/`id` of
-/// `lock`, in this CPU's front if it has room, else in the shared map.
+/// `lock`, in this CPU's local table if it has room, else in the shared map.
 #[inline(always)]
 pub(crate) fn record_contended_wait(
     lock: LockKey,
@@ -100,7 +103,7 @@ pub(crate) fn record_contended_wait(
     id: u32,
     ns: u64,
 ) -> Option<(&'static mut DetailStats, Update)> {
-    if let Some(part) = detail_front_of(&DetailKey { lock, kind, id }) {
+    if let Some(part) = cpu_local_detail_of(&DetailKey { lock, kind, id }) {
         part.contentions += 1;
         part.wait_ns += ns;
         if ns > part.wait_max_ns {

@@ -1,61 +1,61 @@
 //! Tracepoint mode: each CPU's own statistics of the locks and parts its
 //! waits end on most, updated with plain adds instead of atomic adds on a
 //! value every CPU writes. On a herd every wait of the hot mutex bounced
-//! its `LockStats` and owner row between CPUs. A wait the front has no
-//! room for goes to the shared maps; userspace merges each CPU's front
+//! its `LockStats` and owner row between CPUs. A wait the local table has no
+//! room for goes to the shared maps; userspace merges each CPU's local table
 //! into the interval's figures and empties it when it drains.
 //!
 //! A few KB per CPU (per interval parity): the memory bound holds, the
 //! cold locks stay in the shared maps.
 use crate::{DetailKey, DetailStats, LockKey, LockStats};
 
-/// Locks a CPU's [`Front`] holds: the first pipe locks whose waits end on
+/// Locks a CPU's [`CpuLocalStats`] holds: the first pipe locks whose waits end on
 /// that CPU in an interval (a herd has one pipe, three locks).
-pub const FRONT_LOCKS: usize = 4;
+pub const CPU_LOCAL_LOCKS: usize = 4;
 
 /// A CPU's own statistics of a few pipe locks. A key whose `lock` is 0 is
 /// a free entry.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Front {
-    pub keys: [LockKey; FRONT_LOCKS],
-    pub stats: [LockStats; FRONT_LOCKS],
+pub struct CpuLocalStats {
+    pub keys: [LockKey; CPU_LOCAL_LOCKS],
+    pub stats: [LockStats; CPU_LOCAL_LOCKS],
 }
 
-impl Front {
+impl CpuLocalStats {
     pub const EMPTY: Self = Self {
-        keys: [LockKey { lock: 0, owner: 0 }; FRONT_LOCKS],
-        stats: [LockStats::EMPTY; FRONT_LOCKS],
+        keys: [LockKey { lock: 0, owner: 0 }; CPU_LOCAL_LOCKS],
+        stats: [LockStats::EMPTY; CPU_LOCAL_LOCKS],
     };
 
-    /// The statistics of the locks this front holds.
+    /// The statistics of the locks this table holds.
     pub fn entries(&self) -> impl Iterator<Item = (&LockKey, &LockStats)> {
         self.keys.iter().zip(&self.stats).filter(|(key, _)| key.lock != 0)
     }
 }
 
-/// Parts (a lock's owner, caller or task rows) a CPU's [`DetailFront`]
+/// Parts (a lock's owner, caller or task rows) a CPU's [`CpuLocalDetails`]
 /// holds: a herd's mutex has one owner row per process.
-pub const FRONT_PARTS: usize = 128;
+pub const CPU_LOCAL_PARTS: usize = 128;
 
 /// A CPU's own figures of the parts its waits end on, two-way
 /// set-associative: a part goes to one of the two entries its key hashes
-/// to ([`DetailFront::sets`]), or to the shared map if both hold others.
+/// to ([`CpuLocalDetails::sets`]), or to the shared map if both hold others.
 /// A key whose `lock.lock` is 0 is a free entry.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DetailFront {
-    pub keys: [DetailKey; FRONT_PARTS],
-    pub stats: [DetailStats; FRONT_PARTS],
+pub struct CpuLocalDetails {
+    pub keys: [DetailKey; CPU_LOCAL_PARTS],
+    pub stats: [DetailStats; CPU_LOCAL_PARTS],
 }
 
-impl DetailFront {
+impl CpuLocalDetails {
     pub const EMPTY: Self = Self {
         keys: [DetailKey {
             lock: LockKey { lock: 0, owner: 0 },
             kind: 0,
             id: 0,
-        }; FRONT_PARTS],
+        }; CPU_LOCAL_PARTS],
         stats: [DetailStats {
             acquisitions: 0,
             contentions: 0,
@@ -63,7 +63,7 @@ impl DetailFront {
             wait_max_ns: 0,
             hold_ns: 0,
             holder_ns: [0; crate::holder::STATES],
-        }; FRONT_PARTS],
+        }; CPU_LOCAL_PARTS],
     };
 
     /// The first of the two entries `key` may take (the other is this one
@@ -73,10 +73,10 @@ impl DetailFront {
     pub fn sets(key: &DetailKey) -> usize {
         let mixed =
             key.lock.lock ^ key.lock.owner.rotate_left(29) ^ (u64::from(key.kind) << 32 | u64::from(key.id));
-        (mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - FRONT_PARTS.trailing_zeros())) as usize
+        (mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - CPU_LOCAL_PARTS.trailing_zeros())) as usize
     }
 
-    /// The figures of the parts this front holds.
+    /// The figures of the parts this table holds.
     pub fn entries(&self) -> impl Iterator<Item = (&DetailKey, &DetailStats)> {
         self.keys
             .iter()
@@ -95,19 +95,19 @@ mod tests {
             lock: 0xffff_8881_0a2b_3c00,
             owner: 1_751_873,
         };
-        let mut used = [0u32; FRONT_PARTS];
+        let mut used = [0u32; CPU_LOCAL_PARTS];
         for tid in 14_689..14_689 + 64 {
-            let set = DetailFront::sets(&DetailKey {
+            let set = CpuLocalDetails::sets(&DetailKey {
                 lock,
                 kind: crate::detail::OWNER,
                 id: tid,
             });
-            assert!(set < FRONT_PARTS);
+            assert!(set < CPU_LOCAL_PARTS);
             used[set] += 1;
         }
         // Two ways per set: a part goes to the shared map only where three
         // or more land on one pair of entries.
-        let pairs = (0..FRONT_PARTS / 2).map(|p| used[2 * p] + used[2 * p + 1]);
+        let pairs = (0..CPU_LOCAL_PARTS / 2).map(|p| used[2 * p] + used[2 * p + 1]);
         let overflow: u32 = pairs.map(|n| n.saturating_sub(2)).sum();
         assert!(
             overflow <= 12,
@@ -117,13 +117,13 @@ mod tests {
 
     #[test]
     fn only_taken_entries_are_read_back() {
-        let mut front = Front::EMPTY;
-        front.keys[2] = LockKey { lock: 7, owner: 1 };
-        front.stats[2].slept = 3;
-        let mut entries = front.entries();
+        let mut table = CpuLocalStats::EMPTY;
+        table.keys[2] = LockKey { lock: 7, owner: 1 };
+        table.stats[2].slept = 3;
+        let mut entries = table.entries();
         let (key, stats) = entries.next().unwrap();
         assert_eq!((key.lock, stats.slept), (7, 3));
         assert!(entries.next().is_none());
-        assert_eq!(DetailFront::EMPTY.entries().count(), 0);
+        assert_eq!(CpuLocalDetails::EMPTY.entries().count(), 0);
     }
 }
