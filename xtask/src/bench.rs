@@ -192,6 +192,64 @@ pub fn bench_workloads(
     Ok(all_met)
 }
 
+/// The project's goals for its own cost on real hardware, judged on
+/// `pipelock overhead --json`'s rows (the shipped command reports figures,
+/// not verdicts).
+const TRACEPOINT_RATIO_GOAL: f64 = 0.97;
+const BEGIN_NS_GOAL: f64 = 400.0;
+const COLLECTOR_GOAL: f64 = 0.01;
+
+/// One line per goal this host's results say something about.
+fn host_goals(results: &serde_json::Value) -> Vec<String> {
+    if results["emulated"].as_bool() == Some(true) {
+        return vec!["not judged: an emulated CPU".to_owned()];
+    }
+    let verdict = |met: bool| if met { "met" } else { "**missed**" };
+    let mut lines = Vec::new();
+    for row in results["rows"].as_array().into_iter().flatten() {
+        let (workload, tracer) = (
+            row["workload"].as_str().unwrap_or(""),
+            row["tracer"].as_str().unwrap_or(""),
+        );
+        if tracer != "tracepoint" {
+            continue;
+        }
+        if let Some(ratio) = row["ratio_median"].as_f64()
+            && matches!(workload, "pipe-throughput" | "pipe-herd")
+        {
+            lines.push(format!(
+                "{workload} tracepoint traced/untraced {ratio:.3} (goal ≥ {TRACEPOINT_RATIO_GOAL}): {}",
+                verdict(ratio >= TRACEPOINT_RATIO_GOAL)
+            ));
+        }
+        let begin = row["programs"].as_array().into_iter().flatten().find(|p| {
+            p["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("pipe_contention_begin"))
+                && p["run_count"].as_u64() > Some(0)
+        });
+        if let Some(begin) = begin
+            && workload == "pipe-herd"
+        {
+            let ns =
+                begin["run_time_ns"].as_f64().unwrap_or(0.0) / begin["run_count"].as_f64().unwrap_or(1.0);
+            lines.push(format!(
+                "{workload} tracepoint `contention_begin` {ns:.0} ns a run (goal ≤ {BEGIN_NS_GOAL:.0}): {}",
+                verdict(ns <= BEGIN_NS_GOAL)
+            ));
+        }
+        if let Some(share) = row["collector_cpu_share"].as_f64() {
+            lines.push(format!(
+                "{workload} tracepoint collector {:.2} % of one CPU (goal ≤ {:.0} %): {}",
+                share * 100.0,
+                COLLECTOR_GOAL * 100.0,
+                verdict(share <= COLLECTOR_GOAL)
+            ));
+        }
+    }
+    lines
+}
+
 /// Markers around the markdown a guest prints (its console mixes in kernel lines).
 const BEGIN: &str = "PIPELOCK-OVERHEAD-BEGIN";
 const END: &str = "PIPELOCK-OVERHEAD-END";
@@ -264,7 +322,18 @@ pub fn bench_overhead(
          maps' `memlock`, and the collector's CPU from its own `getrusage`.\n\n## This host\n\n",
     );
     doc.push_str(&std::fs::read_to_string(&host_md)?);
-    let mut json = serde_json::json!({ "host": serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&host_json)?)? });
+    let host: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&host_json)?)?;
+    let goals = host_goals(&host);
+    for line in &goals {
+        println!("xtask: goal: {line}");
+    }
+    if !goals.is_empty() {
+        doc.push_str("\n### The project's goals on this host\n\n");
+        for line in &goals {
+            doc.push_str(&format!("- {line}\n"));
+        }
+    }
+    let mut json = serde_json::json!({ "host": host });
     if let Some(only) = &bench.vm_kernels {
         // TCG runs everything ~50x slower: shorter runs, a smaller herd.
         let guest = format!(
@@ -321,4 +390,35 @@ pub fn bench_overhead(
         }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn goals_are_judged_on_the_hosts_rows() {
+        let results = serde_json::json!({
+            "emulated": false,
+            "rows": [
+                {"workload": "pipe-herd", "tracer": "tracepoint", "ratio_median": 0.95, "collector_cpu_share": 0.002,
+                 "programs": [{"name": "pipe_contention_begin_btf", "run_count": 10, "run_time_ns": 2170}]},
+                {"workload": "pipe-herd", "tracer": "tracepoint, empty programs", "ratio_median": 1.0},
+                {"workload": "pipe-throughput", "tracer": "fentry", "ratio_median": 0.4},
+            ]
+        });
+        let goals = host_goals(&results);
+        assert_eq!(
+            goals,
+            [
+                "pipe-herd tracepoint traced/untraced 0.950 (goal ≥ 0.97): **missed**",
+                "pipe-herd tracepoint `contention_begin` 217 ns a run (goal ≤ 400): met",
+                "pipe-herd tracepoint collector 0.20 % of one CPU (goal ≤ 1 %): met",
+            ]
+        );
+        assert_eq!(
+            host_goals(&serde_json::json!({"emulated": true})),
+            ["not judged: an emulated CPU"]
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! `pipelock overhead`'s tables as markdown (docs/benchmarks.md).
 use std::fmt::Write as _;
 
-use super::{BPF_SHARE_TARGET, COLLECTOR_TARGET, Results, Row};
+use super::{Results, Row};
 use crate::model::ProgramStats;
 
 fn percent(share: Option<f64>) -> String {
@@ -9,7 +9,7 @@ fn percent(share: Option<f64>) -> String {
 }
 
 /// The results as markdown: the ratio table, the per-program table, and
-/// every target with its verdict.
+/// each cell against the floor of its hooks.
 pub fn to_markdown(results: &Results) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -19,18 +19,13 @@ pub fn to_markdown(results: &Results) -> String {
     );
     out.push_str(
         "| workload | tracer | traced/untraced (median) | min – max | BPF runs | ns per run | BPF time / workload CPU \
-         | map memory | collector CPU (1 s refresh) | target |\n",
+         | map memory | collector CPU (1 s refresh) |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for row in &results.rows {
-        let target = match row.target {
-            Some((goal, true)) => format!("≥ {goal}: met"),
-            Some((goal, false)) => format!("≥ {goal}: **missed**"),
-            None => "–".to_owned(),
-        };
         let _ = writeln!(
             out,
-            "| {} | {} | {:.3} | {:.3} – {:.3} | {} | {} | {} | {} | {} | {target} |",
+            "| {} | {} | {:.3} | {:.3} – {:.3} | {} | {} | {} | {} | {} |",
             row.workload,
             row.tracer,
             row.ratio_median,
@@ -67,21 +62,7 @@ pub fn to_markdown(results: &Results) -> String {
         .rows
         .iter()
         .filter_map(|row| {
-            let share = (row.tracer == "fentry").then_some(row.bpf_share_of_cpu).flatten();
             let mut lines = Vec::new();
-            if let Some(share) = share {
-                lines.push(format!(
-                    "- {} fentry: BPF time {:.2} % of the workload's CPU (target ≤ {:.0} %): {}",
-                    row.workload,
-                    share * 100.0,
-                    BPF_SHARE_TARGET * 100.0,
-                    if share <= BPF_SHARE_TARGET {
-                        "met"
-                    } else {
-                        "**missed**"
-                    }
-                ));
-            }
             let floor = results.rows.iter().find(|r| {
                 r.workload == row.workload && r.tracer == format!("{}, empty programs", row.tracer)
             });
@@ -102,24 +83,6 @@ pub fn to_markdown(results: &Results) -> String {
                     row.workload, row.tracer, floor.ratio_median, row.ratio_median
                 ));
                 lines.extend(events);
-            }
-            if let Some(c) = row.collector_cpu_share {
-                // An emulated CPU runs the collector tens of times slower
-                // than the wall clock it is divided by.
-                let verdict = if results.emulated {
-                    "not judged under emulation (see the host's figure)"
-                } else if c <= COLLECTOR_TARGET {
-                    "met"
-                } else {
-                    "**missed**"
-                };
-                lines.push(format!(
-                    "- {} {}: collector {:.2} % of one CPU (target ≤ {:.0} %): {verdict}",
-                    row.workload,
-                    row.tracer,
-                    c * 100.0,
-                    COLLECTOR_TARGET * 100.0,
-                ));
             }
             (!lines.is_empty()).then(|| lines.join("\n"))
         })
@@ -167,7 +130,6 @@ fn same_event(row: &Row, floor: &Row) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::overhead::FENTRY_TARGET;
 
     fn row(workload: &str, tracer: &str, ratio: f64, collector: f64) -> Row {
         Row {
@@ -182,7 +144,6 @@ mod tests {
             map_memory_bytes: Some(1 << 20),
             collector_cpu_share: Some(collector),
             programs: Vec::new(),
-            target: None,
         }
     }
 
@@ -197,7 +158,6 @@ mod tests {
 
     fn results(emulated: bool) -> Results {
         let mut fentry = row("pipe-throughput", "fentry", 0.3, 0.05);
-        fentry.target = Some((FENTRY_TARGET, false));
         fentry.bpf_ns_per_run = Some(350.0);
         let mut tracepoint = row("pipe-herd", "tracepoint", 0.97, 0.005);
         tracepoint.programs = vec![
@@ -228,14 +188,10 @@ mod tests {
     }
 
     #[test]
-    fn markdown_states_each_target_the_floor_and_what_was_not_measured() {
+    fn markdown_states_each_cell_its_floor_and_what_was_not_measured() {
         let md = to_markdown(&results(false));
         assert!(md.contains("| pipe-throughput | fentry | 0.300 |"), "{md}");
-        assert!(md.contains("≥ 0.85: **missed**"), "{md}");
-        assert!(
-            md.contains("BPF time 20.00 % of the workload's CPU (target ≤ 10 %): **missed**"),
-            "{md}"
-        );
+        assert!(!md.contains("target") && !md.contains("met"), "no verdicts: {md}");
         assert!(
             md.contains(
                 "empty programs on the same hooks alone give 0.600; pipelock's programs 0.300; \
@@ -253,12 +209,9 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("collector 5.00 % of one CPU (target ≤ 1 %): **missed**"),
-            "{md}"
+            md.contains("| 5.00 % |"),
+            "the collector's share is in the table: {md}"
         );
         assert!(md.contains("Not measured here: kprobe: no kprobe PMU"), "{md}");
-        let emulated = to_markdown(&results(true));
-        assert!(emulated.contains("not judged under emulation"), "{emulated}");
-        assert!(!emulated.contains("1 %): **missed**"), "{emulated}");
     }
 }

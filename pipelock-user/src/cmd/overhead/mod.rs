@@ -28,12 +28,6 @@ use crate::{
     Error, bpf::AttachMode, cli::OverheadArgs, model::ProgramStats, output::Outputs, workload::WorkloadName,
 };
 
-/// Targets of the overhead issue; a row that misses one says so.
-pub const TRACEPOINT_TARGET: f64 = 0.97;
-pub const FENTRY_TARGET: f64 = 0.85;
-pub const BPF_SHARE_TARGET: f64 = 0.10;
-pub const COLLECTOR_TARGET: f64 = 0.01;
-
 pub struct Options {
     pub pairs: usize,
     pub seconds: f64,
@@ -97,8 +91,6 @@ pub struct Row {
     /// The collector's CPU time over the run's wall time (1 s refresh).
     pub collector_cpu_share: Option<f64>,
     pub programs: Vec<ProgramStats>,
-    /// Which target this row answers to, and whether it is met.
-    pub target: Option<(f64, bool)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -124,23 +116,6 @@ fn median_cost(mut costs: Vec<Cost>) -> Option<Cost> {
     costs.sort_by(|a, b| a.ns_per_run().total_cmp(&b.ns_per_run()));
     let middle = costs.len().checked_sub(1)? / 2;
     Some(costs.swap_remove(middle))
-}
-
-/// The issue sets the tracepoint target on real hardware (this host) and the
-/// fentry one in the VMs, the only place fentry loads here.
-fn target(tracer: &TracedBy, workload: &str, emulated: bool) -> Option<f64> {
-    let TracedBy::Pipelock {
-        mode,
-        programs: Programs::Default,
-    } = tracer
-    else {
-        return None;
-    };
-    match (mode, workload) {
-        (AttachMode::Tracepoint, "pipe-throughput" | "pipe-herd") if !emulated => Some(TRACEPOINT_TARGET),
-        (AttachMode::Fentry, "pipe-throughput") => Some(FENTRY_TARGET),
-        _ => None,
-    }
 }
 
 fn cpu_model() -> String {
@@ -296,7 +271,6 @@ pub fn run(options: &Options) -> Result<Results, Error> {
             let cost = median_cost(std::mem::take(&mut costs[i]));
             let runs = cost.as_ref().map(Cost::runs);
             let run_ns = cost.as_ref().map(Cost::run_ns);
-            let goal = target(tracer, case.name, emulated);
             rows.push(Row {
                 workload: case.name.to_owned(),
                 tracer: tracer.label(),
@@ -314,7 +288,6 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                 map_memory_bytes: cost.as_ref().and_then(|c| c.map_memory),
                 collector_cpu_share: median(&mut collector[i]),
                 programs: cost.map(|c| c.programs).unwrap_or_default(),
-                target: goal.map(|g| (g, ratio_median >= g)),
             });
         }
     }
@@ -344,15 +317,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn targets_apply_where_the_issue_sets_them() {
-        let tracepoint = TracedBy::Pipelock {
-            mode: AttachMode::Tracepoint,
-            programs: Programs::Default,
-        };
-        let fentry = TracedBy::Pipelock {
-            mode: AttachMode::Fentry,
-            programs: Programs::Default,
-        };
+    fn tracers_are_labelled_by_mode_and_programs() {
         let floor = TracedBy::Pipelock {
             mode: AttachMode::Fentry,
             programs: Programs::Empty,
@@ -361,15 +326,7 @@ mod tests {
             mode: AttachMode::Tracepoint,
             programs: Programs::WithCallers,
         };
-        assert_eq!(target(&tracepoint, "pipe-herd", false), Some(TRACEPOINT_TARGET));
-        assert_eq!(target(&tracepoint, "pipe-herd", true), None);
-        assert_eq!(target(&fentry, "pipe-throughput", true), Some(FENTRY_TARGET));
-        assert_eq!(target(&floor, "pipe-throughput", true), None);
-        assert_eq!(
-            target(&TracedBy::Perf(PathBuf::new()), "pipe-throughput", false),
-            None
-        );
-        assert_eq!(target(&callers, "pipe-herd", false), None);
+        assert_eq!(TracedBy::Perf(PathBuf::new()).label(), "perf lock record");
         assert_eq!(floor.label(), "fentry, empty programs");
         assert_eq!(callers.label(), "tracepoint, --callers");
     }
