@@ -306,7 +306,9 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
     // the guests (one busy thread each), so it keeps its pace; ab's tests
     // judge counts and exit codes, not time.
     let soak = soak(root, tools, SOAK_SECONDS)?;
-    // `pipelock ab` between two of the VM tests' kernels, fetched first.
+    // `pipelock ab` between two of the VM tests' kernels, fetched first,
+    // with qemu and busybox installed before either starts.
+    vm::ensure_host_packages()?;
     let kernels = format!(
         "{}:{}",
         vm::kernel_image(root, "6.1")?.display(),

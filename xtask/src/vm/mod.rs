@@ -259,7 +259,7 @@ fn nonce() -> String {
 }
 
 /// qemu and a static busybox come from Debian's packages.
-fn ensure_host_packages() -> Result<()> {
+pub fn ensure_host_packages() -> Result<()> {
     crate::bootstrap::ensure_debian_packages(&[
         ("qemu-system-x86", &|| {
             crate::bootstrap::which("qemu-system-x86_64").is_some()
