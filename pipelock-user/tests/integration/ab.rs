@@ -61,7 +61,7 @@ fn error_line(stderr: &str) -> &str {
 /// `rd_wait.lock` is taken about 3 times per write+read pair on 6.1 (the
 /// `spin_lock_irq` around each head/tail update, and the wake-up) and once
 /// on 6.18; the pipe mutex twice on both.
-pub(super) fn ab_shows_the_rd_wait_change_between_6_1_and_6_18() -> Result<Outcome> {
+fn ab_shows_the_rd_wait_change_between_6_1_and_6_18() -> Result<Outcome> {
     let Some((k61, k618)) = kernels() else {
         return Ok(Outcome::Skipped(
             "no kernels given (PIPELOCK_AB_KERNELS=A:B; `cargo xtask test` sets it after the VM tests)"
@@ -133,11 +133,12 @@ pub(super) fn ab_shows_the_rd_wait_change_between_6_1_and_6_18() -> Result<Outco
     );
     Ok(Outcome::Passed)
 }
+register!(Host ab_shows_the_rd_wait_change_between_6_1_and_6_18);
 
 /// Each failure is one line and exit 1, with no qemu left: a file that is
 /// not a kernel, a truncated kernel that cannot boot, a command that fails
 /// in the guest, a guest that never finishes (`--timeout`).
-pub(super) fn ab_failures_are_one_line_and_leave_no_qemu() -> Result<Outcome> {
+fn ab_failures_are_one_line_and_leave_no_qemu() -> Result<Outcome> {
     let Some((k61, k618)) = kernels() else {
         return Ok(Outcome::Skipped(
             "no kernels given (PIPELOCK_AB_KERNELS=A:B; `cargo xtask test` sets it after the VM tests)"
@@ -238,13 +239,14 @@ pub(super) fn ab_failures_are_one_line_and_leave_no_qemu() -> Result<Outcome> {
     );
     Ok(Outcome::Passed)
 }
+register!(Host ab_failures_are_one_line_and_leave_no_qemu);
 
 /// The preflight a kernel without BTF meets, run here: the same script the
 /// guest runs, in a private mount namespace where `/sys/kernel/btf` is an
 /// empty tmpfs, read by the same code `ab` reads a guest's console with.
 /// It must refuse the kernel, naming BTF; with BTF visible it must pass.
 /// (No kernel without BTF is at hand to boot: Debian's all have it.)
-pub(super) fn ab_preflight_refuses_a_kernel_without_btf() -> Result<Outcome> {
+fn ab_preflight_refuses_a_kernel_without_btf() -> Result<Outcome> {
     use pipelock_user::cmd::ab::{guest::preflight_script_with, read_console};
     if let Some(skip) = cannot_load() {
         return Ok(skip);
@@ -286,3 +288,4 @@ pub(super) fn ab_preflight_refuses_a_kernel_without_btf() -> Result<Outcome> {
     println!("  BTF hidden: {why}; BTF visible: passes (release and probe results)");
     Ok(Outcome::Passed)
 }
+register!(Host ab_preflight_refuses_a_kernel_without_btf);

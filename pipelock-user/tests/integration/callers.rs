@@ -59,7 +59,7 @@ fn parts_add_up(report: &serde_json::Value) -> Result<()> {
 /// read path's, all 600 by that thread. Tracepoint mode (here): the herd's
 /// contended acquisitions add up by stack and by thread, and the pipe
 /// mutex's come from the pipe read/write paths.
-pub(super) fn callers_and_tasks_account_for_every_acquisition() -> Result<Outcome> {
+fn callers_and_tasks_account_for_every_acquisition() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
@@ -160,11 +160,12 @@ pub(super) fn callers_and_tasks_account_for_every_acquisition() -> Result<Outcom
     }
     Ok(Outcome::Passed)
 }
+register!(Kernel callers_and_tasks_account_for_every_acquisition);
 
 /// `--caller` keeps the locks (and stacks) whose waits came through a
 /// matching frame, `--lock-filter` the locks named so; a glob that matches
 /// no frame keeps nothing.
-pub(super) fn caller_and_lock_filters_keep_what_they_name() -> Result<Outcome> {
+fn caller_and_lock_filters_keep_what_they_name() -> Result<Outcome> {
     let herd = ["run", "pipe-herd", "--limit", "50000", "-q"];
     let trace = |extra: &[&str]| -> Result<std::result::Result<serde_json::Value, Outcome>> {
         let mut args = vec!["--mode", "tracepoint"];
@@ -205,3 +206,4 @@ pub(super) fn caller_and_lock_filters_keep_what_they_name() -> Result<Outcome> {
     );
     Ok(Outcome::Passed)
 }
+register!(Host caller_and_lock_filters_keep_what_they_name);

@@ -4,7 +4,7 @@
 //! them, or the floor is not the floor.
 use super::*;
 
-pub(super) fn empty_tracepoint_programs_run_alone() -> Result<Outcome> {
+fn empty_tracepoint_programs_run_alone() -> Result<Outcome> {
     let limit = if in_vm() { "30000" } else { "100000" };
     let report = match trace_json(
         &["--mode", "tracepoint", "--empty-programs", "--bpf-stats"],
@@ -50,3 +50,4 @@ pub(super) fn empty_tracepoint_programs_run_alone() -> Result<Outcome> {
     );
     Ok(Outcome::Passed)
 }
+register!(Kernel empty_tracepoint_programs_run_alone);

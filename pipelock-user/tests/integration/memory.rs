@@ -22,7 +22,7 @@ fn possible_cpus() -> Result<u64> {
 /// `trace --max-locks 8192`: the maps get the sizes asked, and each map's
 /// `memlock` (the kernel's accounting, in the report) is within 5 % of the
 /// model for this machine's CPU count.
-pub(super) fn map_memory_is_what_the_kernel_accounts() -> Result<Outcome> {
+fn map_memory_is_what_the_kernel_accounts() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
@@ -76,3 +76,4 @@ pub(super) fn map_memory_is_what_the_kernel_accounts() -> Result<Outcome> {
     }
     Ok(Outcome::Passed)
 }
+register!(Kernel map_memory_is_what_the_kernel_accounts);

@@ -172,7 +172,7 @@ fn histograms_are_well_formed(samples: &BTreeMap<String, f64>, hooked: bool) -> 
 /// does best (tracepoint here, fentry in the VMs): both formats, well-formed
 /// histograms, the pipe-mutex contentions of the herd equal to the trace's
 /// (the exporter is system-wide: within 2 % and a few events).
-pub(super) fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outcome> {
+fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
@@ -275,6 +275,7 @@ pub(super) fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outco
     }
     Ok(Outcome::Passed)
 }
+register!(Kernel serve_exports_what_a_trace_of_the_same_herd_sees);
 
 /// Recursion misses of the programs a pipe-mutex contention goes through
 /// (all but the spinlock ones): the exporter's during the trace, the trace's.
@@ -362,7 +363,7 @@ fn where_they_differ(
 /// SIGTERM detaches and exits 0 within a second; two signals at once end
 /// it at once; a `--listen` in use is one line, exit 1, nothing attached
 /// (an address that is not one is in the bad-input table).
-pub(super) fn serve_stops_on_signals_and_refuses_bad_addresses() -> Result<Outcome> {
+fn serve_stops_on_signals_and_refuses_bad_addresses() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
@@ -422,6 +423,7 @@ pub(super) fn serve_stops_on_signals_and_refuses_bad_addresses() -> Result<Outco
     println!("  SIGTERM: exit 0 in {took:?}, nothing left loaded; two SIGINTs: {status}");
     Ok(Outcome::Passed)
 }
+register!(Host serve_stops_on_signals_and_refuses_bad_addresses);
 
 /// Debian's `prometheus` (and `promtool`), where installed.
 fn prometheus_binaries() -> Option<(&'static str, &'static str)> {
@@ -434,7 +436,7 @@ fn prometheus_binaries() -> Option<(&'static str, &'static str)> {
 /// itself reports, and `histogram_quantile(0.99, …)` of the wait buckets a
 /// value inside the bucket that holds the exporter's own 99th percentile.
 /// `promtool check metrics` must accept a scrape.
-pub(super) fn a_real_prometheus_scrapes_the_exporter() -> Result<Outcome> {
+fn a_real_prometheus_scrapes_the_exporter() -> Result<Outcome> {
     let Some((prometheus, promtool)) = prometheus_binaries() else {
         return Ok(Outcome::Skipped(
             "prometheus is not installed (Debian: prometheus; `cargo xtask test` installs it)".into(),
@@ -555,12 +557,13 @@ pub(super) fn a_real_prometheus_scrapes_the_exporter() -> Result<Outcome> {
     );
     Ok(Outcome::Passed)
 }
+register!(Host a_real_prometheus_scrapes_the_exporter);
 
 /// `deploy/pipelock.service` runs the exporter as an unprivileged user with
 /// a few capabilities: run it that way (`setpriv`, as nobody, with exactly
 /// the unit's `AmbientCapabilities`) and it must attach, collect a herd and
 /// stop cleanly.
-pub(super) fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
+fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
@@ -619,13 +622,14 @@ pub(super) fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
     println!("  as nobody with {caps}: {contentions} pipe-mutex contentions exported, exit 0 on SIGTERM");
     Ok(Outcome::Passed)
 }
+register!(Host serve_runs_with_the_units_capabilities);
 
 /// `--ebpf-log` delivers the programs' own records: a trace whose statistics
 /// map holds 16 locks, over 200 pipes made and freed, must print the
 /// warning the programs log the first time that map is full (and count the
 /// drops). `probe --self-test --ebpf-log` must load and pass (it used to
 /// fail with EBADF: the logger's map descriptor was closed too early).
-pub(super) fn ebpf_log_delivers_the_programs_warnings() -> Result<Outcome> {
+fn ebpf_log_delivers_the_programs_warnings() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
@@ -656,3 +660,4 @@ pub(super) fn ebpf_log_delivers_the_programs_warnings() -> Result<Outcome> {
     );
     Ok(Outcome::Passed)
 }
+register!(Kernel ebpf_log_delivers_the_programs_warnings);

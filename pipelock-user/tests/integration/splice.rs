@@ -199,13 +199,15 @@ fn mutex_row(report: &serde_json::Value, ino: u64) -> Result<&serde_json::Value>
         .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {report}"))
 }
 
-pub(super) fn fentry_counts_splice_tee_vmsplice() -> Result<Outcome> {
+fn fentry_counts_splice_tee_vmsplice() -> Result<Outcome> {
     hooks_count_splice_tee_vmsplice("fentry")
 }
+register!(Kernel fentry_counts_splice_tee_vmsplice);
 
-pub(super) fn kprobe_counts_splice_tee_vmsplice() -> Result<Outcome> {
+fn kprobe_counts_splice_tee_vmsplice() -> Result<Outcome> {
     hooks_count_splice_tee_vmsplice("kprobe")
 }
+register!(Kernel kprobe_counts_splice_tee_vmsplice);
 
 /// N rounds of splice(file → A), tee(A → B), splice(B → /dev/null),
 /// vmsplice(→ A), read(A): A's mutex acquired exactly 4N times, B's 2N.
@@ -246,13 +248,15 @@ fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
-pub(super) fn fentry_counts_io_uring_pipe_reads() -> Result<Outcome> {
+fn fentry_counts_io_uring_pipe_reads() -> Result<Outcome> {
     hooks_count_io_uring_pipe_reads("fentry")
 }
+register!(Kernel fentry_counts_io_uring_pipe_reads);
 
-pub(super) fn kprobe_counts_io_uring_pipe_reads() -> Result<Outcome> {
+fn kprobe_counts_io_uring_pipe_reads() -> Result<Outcome> {
     hooks_count_io_uring_pipe_reads("kprobe")
 }
+register!(Kernel kprobe_counts_io_uring_pipe_reads);
 
 /// This binary's command name as the kernel holds it (15 bytes at most).
 fn own_comm() -> Result<String> {
@@ -297,7 +301,7 @@ fn hooks_count_io_uring_pipe_reads(mode: &str) -> Result<Outcome> {
 /// Tracepoint mode names the pipe of contention inside splice, tee and
 /// vmsplice from their fd arguments: a herd that never calls read or write
 /// on its pipe still gets that pipe's mutex row.
-pub(super) fn tracepoint_names_the_pipe_of_splice_calls() -> Result<Outcome> {
+fn tracepoint_names_the_pipe_of_splice_calls() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
@@ -313,3 +317,4 @@ pub(super) fn tracepoint_names_the_pipe_of_splice_calls() -> Result<Outcome> {
     println!("  pipe:[{ino}]: {contended} contended acquisitions inside splice/tee/vmsplice calls");
     Ok(Outcome::Passed)
 }
+register!(Host tracepoint_names_the_pipe_of_splice_calls);

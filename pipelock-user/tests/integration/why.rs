@@ -361,13 +361,14 @@ fn why_modes() -> Result<std::result::Result<Vec<&'static str>, Outcome>> {
 /// A holder that sleeps 50 ms in a page fault with the pipe mutex held: the
 /// waits on that mutex last about 50 ms, the holder is their owner, and it
 /// slept through at least 80 % of them.
-pub(super) fn holder_sleeping_in_a_page_fault_is_seen_sleeping() -> Result<Outcome> {
+fn holder_sleeping_in_a_page_fault_is_seen_sleeping() -> Result<Outcome> {
     match why_modes()? {
         Ok(modes) => modes.into_iter().try_for_each(sleeping_holder_in)?,
         Err(skip) => return Ok(skip),
     }
     Ok(Outcome::Passed)
 }
+register!(Kernel holder_sleeping_in_a_page_fault_is_seen_sleeping);
 
 /// The trace arguments of a holder test: in the hooked modes the holds are
 /// split too (`--hold-states`).
@@ -450,7 +451,7 @@ fn sleeping_holder_in(mode: &str) -> Result<()> {
 /// A holder woken with the mutex held while a SCHED_FIFO task keeps its
 /// CPU for 50 ms: the writers' waits for it (and, hooked, its holds) are
 /// mostly spent with the holder runnable, about 50 ms a round.
-pub(super) fn holder_preempted_by_a_realtime_task_is_seen_runnable() -> Result<Outcome> {
+fn holder_preempted_by_a_realtime_task_is_seen_runnable() -> Result<Outcome> {
     if std::thread::available_parallelism()?.get() < 2 {
         return Ok(Outcome::Skipped(
             "needs 2 CPUs (the holder's and the writers')".into(),
@@ -462,6 +463,7 @@ pub(super) fn holder_preempted_by_a_realtime_task_is_seen_runnable() -> Result<O
     }
     Ok(Outcome::Passed)
 }
+register!(Kernel holder_preempted_by_a_realtime_task_is_seen_runnable);
 
 fn preempted_holder_in(mode: &str) -> Result<()> {
     let rounds: u32 = 5;

@@ -1,0 +1,51 @@
+//! The lockref class: the calls of a stat() storm counted at the traceable callers.
+use super::*;
+
+fn fentry_counts_lockref_calls_of_a_stat_storm() -> Result<Outcome> {
+    hooks_count_lockref_calls_of_a_stat_storm("fentry")
+}
+register!(Kernel fentry_counts_lockref_calls_of_a_stat_storm);
+
+fn kprobe_counts_lockref_calls_of_a_stat_storm() -> Result<Outcome> {
+    hooks_count_lockref_calls_of_a_stat_storm("kprobe")
+}
+register!(Kernel kprobe_counts_lockref_calls_of_a_stat_storm);
+
+/// N stat() calls of one path: one lockref get (`__legitimize_path`) and one
+/// put (`dput`) on that file's dentry per call, so ≈ 2N calls in its row.
+fn hooks_count_lockref_calls_of_a_stat_storm(mode: &str) -> Result<Outcome> {
+    if let Some(skip) = hooked_mode_skip(mode)? {
+        return Ok(skip);
+    }
+    const N: u64 = 2000;
+    let (report, name) = trace_stat_storm(mode, N)?;
+    ensure!(report["mode"] == mode, "mode {}", report["mode"]);
+    let locks = report["locks"].as_array().context("no locks array")?;
+    let row = locks
+        .iter()
+        .find(|r| r["class"] == "lockref" && r["name"] == format!("dentry:{name}"))
+        .with_context(|| format!("no lockref row for dentry:{name}: {report}"))?;
+    let calls = row["acquisitions"].as_u64().context("no acquisitions")?;
+    ensure!(
+        (2 * N * 9 / 10..=2 * N * 11 / 10).contains(&calls),
+        "{calls} lockref calls for {N} stat()s, want ≈ {}",
+        2 * N
+    );
+    ensure!(
+        row["wait"]["count"] == calls,
+        "call latency not recorded per call: {row}"
+    );
+    let fallbacks = row["contentions"].as_u64().context("no contentions")?;
+    ensure!(fallbacks <= calls, "more fallbacks than calls: {row}");
+    let holds = row["hold"]["count"].as_u64().unwrap_or(0);
+    ensure!(
+        holds <= fallbacks,
+        "{holds} spinlock holds but only {fallbacks} fallbacks: {row}"
+    );
+    ensure!(
+        row["comms"].as_array().is_some_and(|c| !c.is_empty()),
+        "no process recorded: {row}"
+    );
+    println!("  dentry:{name}: {calls} calls for {N} stat()s, {fallbacks} spinlock fallbacks");
+    Ok(Outcome::Passed)
+}
