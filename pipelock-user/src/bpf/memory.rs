@@ -226,7 +226,7 @@ mod tests {
         assert!(kernel_bytes(&per_cpu, 256) > 1100 * MIB);
     }
 
-    /// The figure: every map of the object at the default sizes on
+    /// The bound the maps are designed to: every map of the object at the default sizes on
     /// a 256-CPU machine, ≤ 64 MiB.
     #[test]
     fn every_map_at_the_defaults_fits_64_mib_on_256_cpus() {

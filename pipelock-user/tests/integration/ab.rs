@@ -57,7 +57,7 @@ fn error_line(stderr: &str) -> &str {
         .unwrap_or("")
 }
 
-/// The case: pipe-throughput traced with fentry on 6.1 and 6.18.
+/// The known difference: pipe-throughput traced with fentry on 6.1 and 6.18.
 /// `rd_wait.lock` is taken about 3 times per write+read pair on 6.1 (the
 /// `spin_lock_irq` around each head/tail update, and the wake-up) and once
 /// on 6.18; the pipe mutex twice on both.
