@@ -396,6 +396,23 @@ pub fn bench_overhead(
 mod tests {
     use super::*;
 
+    /// The workloads benchmarked against C are the ones `pipelock run` has
+    /// (the list is `WorkloadName` in pipelock-user), each run by its name.
+    #[test]
+    fn cases_are_the_workloads_pipelock_runs() {
+        let source =
+            std::fs::read_to_string(crate::workspace_root().join("pipelock-user/src/workload/mod.rs"))
+                .unwrap();
+        let names_fn = &source[source.find("pub fn name(self)").expect("WorkloadName::name")..];
+        let names_fn = &names_fn[..names_fn.find("\n    }\n").unwrap()];
+        let listed: Vec<&str> = names_fn.split('"').skip(1).step_by(2).collect();
+        let cases = cases(1.0, Path::new("/tmp"));
+        assert_eq!(cases.iter().map(|c| c.name).collect::<Vec<_>>(), listed);
+        for case in &cases {
+            assert_eq!(case.pipelock_args[0], case.name);
+        }
+    }
+
     #[test]
     fn goals_are_judged_on_the_hosts_rows() {
         let results = serde_json::json!({
