@@ -4,8 +4,8 @@
 use pipelock_common::TraceConfig;
 
 use crate::{
+    btf_ptr::{BtfPtr, word_at},
     kernel_memory::{read, read_words},
-    typed::{Typed, word_at},
 };
 
 const S_IFMT: u16 = 0o170000;
@@ -16,12 +16,12 @@ const S_IFIFO: u16 = 0o010000;
 /// may type the fd array as memory and refuses an unbounded offset into it.
 const NR_OPEN: u64 = 1 << 20;
 
-/// The `struct file` at `fd` of `task` (the current task, typed). Typed
+/// The `struct file` at `fd` of `task` (the current task, typed). BtfPtr
 /// loads down to the fd array (task, files, fd table: members of known
 /// structs), and the array's element too where the kernel has
 /// `bpf_rdonly_cast`; else a probe read.
 #[inline(always)]
-pub(crate) fn file_of_fd(cfg: &TraceConfig, task: Typed, fd: u64) -> Option<u64> {
+pub(crate) fn file_of_fd(cfg: &TraceConfig, task: BtfPtr, fd: u64) -> Option<u64> {
     let fdt = task.pointer(cfg.task_files)?.pointer(cfg.files_fdt)?;
     let max_fds = fdt.half(cfg.fdt_max_fds) as u64;
     if fd >= max_fds || fd >= NR_OPEN {
@@ -36,8 +36,8 @@ pub(crate) fn file_of_fd(cfg: &TraceConfig, task: Typed, fd: u64) -> Option<u64>
 /// laid over it, it is a typed file pointer.
 #[inline(always)]
 pub(crate) fn file_at(cfg: &TraceConfig, address: u64) -> Option<u64> {
-    if let Some(kiocb) = Typed::cast(address - cfg.kiocb_filp as u64, cfg.btf_kiocb) {
-        return kiocb.pointer(cfg.kiocb_filp).map(Typed::address);
+    if let Some(kiocb) = BtfPtr::cast(address - cfg.kiocb_filp as u64, cfg.btf_kiocb) {
+        return kiocb.pointer(cfg.kiocb_filp).map(BtfPtr::address);
     }
     let file = read::<u64>(address)?;
     (file != 0).then_some(file)
@@ -51,7 +51,7 @@ pub(crate) fn pipe_of_file(cfg: &TraceConfig, file: u64) -> Option<(u64, u64)> {
     if file == 0 {
         return None;
     }
-    if let Some(file) = Typed::cast(file, cfg.btf_file) {
+    if let Some(file) = BtfPtr::cast(file, cfg.btf_file) {
         let inode = file.pointer(cfg.file_inode)?;
         if inode.quarter(cfg.inode_mode) & S_IFMT != S_IFIFO {
             return None;

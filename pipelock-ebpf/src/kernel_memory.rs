@@ -1,5 +1,5 @@
 //! Reads of kernel memory through `bpf_probe_read_kernel`, for pointers the
-//! verifier does not know the type of (see `typed` for the typed ones).
+//! verifier does not know the type of (see `btf_ptr` for the typed ones).
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 
 #[inline(always)]

@@ -10,10 +10,11 @@
     internal_features,
     reason = "core_intrinsics, for atomic adds on the BPF target"
 )]
-// `asm!` on BPF: the one kfunc call (`typed::Typed::cast`) is written as
+// `asm!` on BPF: the one kfunc call (`btf_ptr::BtfPtr::cast`) is written as
 // raw instruction bytes.
 #![feature(asm_experimental_arch)]
 
+mod btf_ptr;
 mod counters;
 mod cpu_local;
 mod details;
@@ -26,7 +27,6 @@ mod probes;
 mod recognise;
 mod recorded;
 mod task;
-mod typed;
 
 #[cfg(not(test))]
 #[panic_handler]

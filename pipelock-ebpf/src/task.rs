@@ -3,8 +3,8 @@ use aya_ebpf::helpers::bpf_get_current_task;
 use pipelock_common::TraceConfig;
 
 use crate::{
+    btf_ptr::{BtfPtr, with_address},
     kernel_memory::read,
-    typed::{Typed, with_address},
 };
 
 /// Whether a `tp_btf` program runs in task context: its arguments (`ctx`)
@@ -14,7 +14,7 @@ use crate::{
 /// private one.) An interrupt runs on top of whatever task it interrupted:
 /// without this check its lock events would count as that task's.
 #[inline(always)]
-pub(crate) fn on_task_stack<C>(cfg: &TraceConfig, task: Typed, ctx: *const C) -> bool {
+pub(crate) fn on_task_stack<C>(cfg: &TraceConfig, task: BtfPtr, ctx: *const C) -> bool {
     // Unknown (no stack, no scratch word): count it as the task's, as
     // before the check existed.
     let stack = task.word(cfg.task_stack);
@@ -30,7 +30,7 @@ pub(crate) fn on_task_stack<C>(cfg: &TraceConfig, task: Typed, ctx: *const C) ->
 /// where every kernel return goes through a return thunk (SRSO, retbleed
 /// mitigations), and a contention begin made six of them.
 #[inline(always)]
-pub(crate) fn pid_tgid_of(cfg: &TraceConfig, task: Typed) -> u64 {
+pub(crate) fn pid_tgid_of(cfg: &TraceConfig, task: BtfPtr) -> u64 {
     u64::from(task.half(cfg.task_tgid)) << 32 | u64::from(task.half(cfg.task_pid))
 }
 

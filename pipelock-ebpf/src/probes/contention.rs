@@ -23,6 +23,7 @@ use pipelock_common::{
 use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_owner_here, unwatch, watch};
 
 use crate::{
+    btf_ptr::BtfPtr,
     counters::{add, record_as},
     cpu_local::{record_contended_wait, stats_to_record},
     details::{name_current, stack_id},
@@ -33,7 +34,6 @@ use crate::{
     recognise::recognise,
     recorded::{name_lock, note_user},
     task::{on_task_stack, pid_tgid_of},
-    typed::Typed,
 };
 
 /// The class of `lock` if it is one of `pipe`'s own locks.
@@ -53,7 +53,7 @@ fn pipe_class(cfg: &TraceConfig, pipe: u64, lock: u64) -> Option<u32> {
 /// The pipe behind `task`'s fd in syscall argument register `arg` (an
 /// offset in `pt_regs`).
 #[inline(always)]
-fn pipe_of_arg(cfg: &TraceConfig, task: Typed, regs: Typed, arg: u32) -> Option<(u64, u64)> {
+fn pipe_of_arg(cfg: &TraceConfig, task: BtfPtr, regs: BtfPtr, arg: u32) -> Option<(u64, u64)> {
     pipe_of_file(cfg, file_of_fd(cfg, task, regs.word(arg) as u32 as u64)?)
 }
 
@@ -61,19 +61,19 @@ fn pipe_of_arg(cfg: &TraceConfig, task: Typed, regs: Typed, arg: u32) -> Option<
 /// address the slot keeps where the kernel has `bpf_rdonly_cast`, else
 /// from a helper call.
 #[inline(always)]
-fn user_regs(cfg: &TraceConfig, slot: &TaskWaits, task: Typed) -> Typed {
+fn user_regs(cfg: &TraceConfig, slot: &TaskWaits, task: BtfPtr) -> BtfPtr {
     if slot.regs != 0
-        && let Some(regs) = Typed::cast(slot.regs, cfg.btf_pt_regs)
+        && let Some(regs) = BtfPtr::cast(slot.regs, cfg.btf_pt_regs)
     {
         return regs;
     }
-    Typed::user_regs_of(task)
+    BtfPtr::user_regs_of(task)
 }
 
 /// (class, pipe, inode number) if `lock` belongs to, or is contended inside,
 /// a pipe syscall of the current `task`, whose user registers are `regs`.
 #[inline(always)]
-fn classify(cfg: &TraceConfig, task: Typed, regs: Typed, lock: u64) -> Option<(u32, u64, u64)> {
+fn classify(cfg: &TraceConfig, task: BtfPtr, regs: BtfPtr, lock: u64) -> Option<(u32, u64, u64)> {
     let (nr, arg0) = (regs.word(cfg.regs_syscall_nr) as u32, regs.word(cfg.regs_arg0));
     let second = if nr == cfg.nr_read
         || nr == cfg.nr_write
@@ -182,7 +182,7 @@ fn first_recording(slot: &mut TaskWaits, key: LockKey) -> bool {
 fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_task_stack_check: bool) {
     let cfg = config();
     // The task once: the slot's key, the syscall's fds and the stack check.
-    let task = Typed::current_task();
+    let task = BtfPtr::current_task();
     let pid_tgid = pid_tgid_of(cfg, task);
     let Some(slot) = TASK_WAITS.get_ptr_mut(pid_tgid as u32 % TASK_SLOTS) else {
         return;
@@ -200,7 +200,7 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
             owner: pid_tgid,
             wanted: wanted(cfg, pid_tgid) as u32,
             task: task.address(),
-            regs: Typed::user_regs_of(task).address(),
+            regs: BtfPtr::user_regs_of(task).address(),
             ..TaskWaits::default()
         };
         if slot.wanted != 0 {

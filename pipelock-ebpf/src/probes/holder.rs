@@ -22,9 +22,9 @@ use pipelock_common::{
     holder::{self, STATES, with_spin},
 };
 
+use crate::btf_ptr::BtfPtr;
 use crate::cpu_local::record_contended_wait;
 use crate::recorded::first_naming;
-use crate::typed::Typed;
 use crate::{
     counters::{Update, add, atomic_add, bump},
     details::record_part,
@@ -43,12 +43,12 @@ pub(crate) fn owners_wanted(cfg: &TraceConfig) -> bool {
 /// where the kernel has `bpf_rdonly_cast`, else two probe reads).
 #[inline(always)]
 pub(crate) fn mutex_owner(cfg: &TraceConfig, lock: u64) -> Option<(u64, u32)> {
-    if let Some(mutex) = Typed::cast(lock, cfg.btf_mutex) {
+    if let Some(mutex) = BtfPtr::cast(lock, cfg.btf_mutex) {
         let task = mutex.word(cfg.mutex_owner) & !7;
         if task == 0 {
             return None;
         }
-        return Some((task, Typed::cast(task, cfg.btf_task)?.half(cfg.task_pid)));
+        return Some((task, BtfPtr::cast(task, cfg.btf_task)?.half(cfg.task_pid)));
     }
     let task = read::<u64>(lock + cfg.mutex_owner as u64)? & !7;
     if task == 0 {
@@ -89,7 +89,7 @@ fn add_watcher(delta: u64) {
 pub(crate) fn watch(cfg: &TraceConfig, task: u64, now: u64) -> Option<[u64; STATES]> {
     let found = WATCHED.get_ptr_mut(&task).or_else(|| {
         // What it is doing now; from here on the scheduler programs say.
-        let (on_cpu, state) = match Typed::cast(task, cfg.btf_task) {
+        let (on_cpu, state) = match BtfPtr::cast(task, cfg.btf_task) {
             Some(typed) => (typed.half(cfg.task_on_cpu), typed.half(cfg.task_state)),
             None => (
                 read::<u32>(task + cfg.task_on_cpu as u64).unwrap_or(0),

@@ -10,7 +10,7 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::error;
 
-use crate::{maps::config, task::on_task_stack, typed::Typed};
+use crate::{btf_ptr::BtfPtr, maps::config, task::on_task_stack};
 
 #[map]
 static CONTENTION_BEGIN_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -45,7 +45,7 @@ static INTERRUPT_CHECK: PerCpuArray<u64> = PerCpuArray::with_max_entries(4, 0);
 
 #[inline(always)]
 fn judge<C: EbpfContext>(ctx: &C, first_slot: u32) {
-    let slot = if on_task_stack(config(), Typed::current_task(), ctx.as_ptr().cast_const()) {
+    let slot = if on_task_stack(config(), BtfPtr::current_task(), ctx.as_ptr().cast_const()) {
         first_slot
     } else {
         first_slot + 1

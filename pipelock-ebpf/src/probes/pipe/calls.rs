@@ -7,13 +7,13 @@ use pipelock_common::{
 };
 
 use crate::{
+    btf_ptr::BtfPtr,
     drops::count_drop,
     files::{file_at, file_of_fd, pipe_of_file},
     filter::wanted,
     kernel_memory::read,
     maps::{PIPE_FREES, TASK_PIPE, config, pipe_frees},
     recorded::note_user,
-    typed::Typed,
 };
 
 /// `TaskPipe::pipe[0]` inside a read/write whose mutex has not been taken
@@ -208,7 +208,7 @@ pub(super) fn which_lock(state: &TaskPipe, lock: u64) -> Option<usize> {
 pub(super) fn enter_vmsplice(regs: u64) {
     let cfg = config();
     if let Some(fd) = read::<u64>(regs + cfg.regs_arg0 as u64)
-        && let Some(file) = file_of_fd(cfg, Typed::current_task(), fd as u32 as u64)
+        && let Some(file) = file_of_fd(cfg, BtfPtr::current_task(), fd as u32 as u64)
     {
         enter_splice_call(cfg, [file, 0]);
     }

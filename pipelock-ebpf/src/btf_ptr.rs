@@ -12,9 +12,9 @@
 //! offsets still allow typed loads.)
 //!
 //! The verifier wants each load the size of the member it lands in, and
-//! a pointer member read whole: [`Typed::pointer`] for struct pointers (the
-//! result is typed again), [`Typed::word`] for other 8-byte members,
-//! [`Typed::half`] for 4-byte ones, [`Typed::quarter`] for 2-byte ones.
+//! a pointer member read whole: [`BtfPtr::pointer`] for struct pointers (the
+//! result is typed again), [`BtfPtr::word`] for other 8-byte members,
+//! [`BtfPtr::half`] for 4-byte ones, [`BtfPtr::quarter`] for 2-byte ones.
 use aya_ebpf::{
     helpers::{bpf_get_current_task_btf, bpf_task_pt_regs},
     macros::map,
@@ -24,9 +24,9 @@ use pipelock_common::{RDONLY_CAST_MARK, TraceConfig};
 
 /// A kernel object whose type the verifier knows.
 #[derive(Clone, Copy)]
-pub(crate) struct Typed(*const u8);
+pub(crate) struct BtfPtr(*const u8);
 
-impl Typed {
+impl BtfPtr {
     /// The current task (`task_struct`).
     #[inline(always)]
     pub(crate) fn current_task() -> Self {
@@ -70,7 +70,7 @@ impl Typed {
     }
 
     /// The object's address, as a number to hand on (a probe read, or
-    /// [`Typed::cast`] again, takes it).
+    /// [`BtfPtr::cast`] again, takes it).
     #[inline(always)]
     pub(crate) fn address(self) -> u64 {
         self.0 as u64
@@ -131,7 +131,7 @@ impl Typed {
 /// both for 0. None: the kernel has no `bpf_rdonly_cast`.
 #[inline(always)]
 pub(crate) fn word_at(cfg: &TraceConfig, address: u64) -> Option<u64> {
-    Some(Typed::cast(address - cfg.mutex_owner as u64, cfg.btf_mutex)?.word(cfg.mutex_owner))
+    Some(BtfPtr::cast(address - cfg.mutex_owner as u64, cfg.btf_mutex)?.word(cfg.mutex_owner))
 }
 
 /// One word per CPU that turns a pointer into a number (see [`with_address`]).
