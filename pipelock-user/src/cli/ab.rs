@@ -9,8 +9,12 @@ use pipelock_vm::qemu::Accel;
 
 use crate::units::parse_seconds;
 
+/// `--accel`: an accelerator, or None for `auto` (an alias, because clap
+/// reads a field spelled `Option<…>` as an optional flag).
+pub type RequestedAccel = Option<Accel>;
+
 /// Parses `--accel`: `auto` (None) or one of qemu's accelerators.
-fn accel_parser() -> impl clap::builder::TypedValueParser<Value = Option<Accel>> {
+fn accel_parser() -> impl clap::builder::TypedValueParser<Value = RequestedAccel> {
     PossibleValuesParser::new(["auto", "kvm", "tcg"]).map(|s| s.parse().ok())
 }
 
@@ -40,7 +44,7 @@ pub struct AbArgs {
     pub runs: u32,
     /// auto: KVM if /dev/kvm answers within 3 s, else TCG (emulated).
     #[arg(long, value_name = "ACCEL", default_value = "auto", value_parser = accel_parser())]
-    pub accel: Option<Accel>,
+    pub accel: RequestedAccel,
     /// The guest's CPUs.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub cpus: u32,

@@ -101,6 +101,20 @@ fn every_option_parses_into_its_value() {
     assert!(trace.trace);
     assert_eq!(trace.trace_mode, Some(AttachMode::Tracepoint));
 
+    let Command::Ab(ab) =
+        parse("ab --kernel a --kernel b --runs 2 --accel tcg --memory 2G -- run pipe-herd").command
+    else {
+        panic!("not ab");
+    };
+    assert_eq!(
+        (ab.accel, ab.runs, ab.memory),
+        (Some(pipelock_vm::qemu::Accel::Tcg), 2, 2048)
+    );
+    let Command::Ab(auto) = parse("ab --kernel a --kernel b -- run pipe-herd").command else {
+        panic!("not ab");
+    };
+    assert_eq!(auto.accel, None, "auto");
+
     for line in [
         "probe --self-test --duration 0.5 --ebpf-log",
         "probe --save-facts /tmp/x",
