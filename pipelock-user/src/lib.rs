@@ -15,7 +15,11 @@
 //!
 //! [`cmd`] has one module per subcommand wiring those layers; [`workload`]
 //! holds the built-in load generators, which know nothing of tracing.
-//! Dependencies only point down this list: `model` uses pipelock-common alone.
+//! The model is the base vocabulary: every layer above may use it, and it
+//! uses only pipelock-common and the leaves (`error`, `units`, `output`,
+//! `interrupt`). The `layering` test checks that dependencies only point
+//! down this list, and that no two modules of any crate name each other
+//! (through `crate::`, `super::` or `self::` paths).
 
 pub mod bpf;
 pub mod cli;
