@@ -30,6 +30,8 @@ enum Scope {
 
 #[path = "integration/ab.rs"]
 mod ab;
+#[path = "integration/ab_source.rs"]
+mod ab_source;
 #[path = "integration/callers.rs"]
 mod callers;
 #[path = "integration/contract.rs"]

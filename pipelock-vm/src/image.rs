@@ -106,7 +106,8 @@ export PATH=/bin {env}
 echo "{banner}: $(cat /proc/sys/kernel/osrelease), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource), preemption $(cat /sys/kernel/debug/sched/preempt 2>/dev/null || echo unknown)"
 {guest}
 echo "{sentinel}$?"
-poweroff -f
+# qemu runs with -no-reboot: a reboot ends it, with or without ACPI.
+reboot -f
 "#
     )
 }

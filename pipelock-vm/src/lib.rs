@@ -3,6 +3,7 @@
 //! (busybox, the binaries, an /init script), running qemu with a hard
 //! timeout, and reading the guest's console (its verdict, its framed
 //! results). xtask's VM tests and `pipelock ab` both use it.
+pub mod build;
 pub mod cpio;
 pub mod guest_log;
 pub mod image;
@@ -28,6 +29,16 @@ pub enum Error {
     /// there, a package apt does not know.
     #[error("{0}")]
     Invalid(String),
+    /// A kernel build failed: the compiler's last complaint, and the log.
+    #[error("kernel {side} does not build: {errors} (build log: {})", log.display())]
+    BuildFailed {
+        side: String,
+        errors: String,
+        log: std::path::PathBuf,
+    },
+    /// Stopped on request (Ctrl-C) before it was done.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

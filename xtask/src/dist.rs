@@ -48,7 +48,11 @@ fn layout(root: &Path, stage: &Path, binary: &Path) -> Result<()> {
         copy(&completions.join(name), &usr.join(to))?;
     }
     fs::remove_dir_all(&completions)?;
-    for file in ["deploy/pipelock.service", "deploy/grafana-dashboard.json"] {
+    for file in [
+        "deploy/pipelock.service",
+        "deploy/grafana-dashboard.json",
+        "pipelock-vm/kernel.config",
+    ] {
         let from = root.join(file);
         copy(
             &from,

@@ -58,6 +58,7 @@ fn tarball_holds_the_tree(tarball: &Path) -> Result<()> {
         "usr/share/man/man1/pipelock-trace.1.gz",
         "usr/share/bash-completion/completions/pipelock",
         "usr/share/pipelock/pipelock.service",
+        "usr/share/pipelock/kernel.config",
     ] {
         if !listed.lines().any(|l| l.ends_with(wanted)) {
             bail!("{} lacks {wanted}", tarball.display());

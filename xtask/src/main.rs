@@ -314,9 +314,12 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
         vm::kernel_image(root, "6.1")?.display(),
         vm::kernel_image(root, "6.18")?.display()
     );
+    let source = vm::ensure_kernel_source(root)?;
     let ab = Beside::start(
         cargo_static(root, tools, &[INTEGRATION, &["--", "ab_"]].concat())?
-            .env("PIPELOCK_AB_KERNELS", kernels),
+            .env("PIPELOCK_AB_KERNELS", kernels)
+            .env("PIPELOCK_AB_SOURCE", source)
+            .env("PIPELOCK_AB_BUILD_CACHE", root.join("target/vm/kernel-builds")),
         root.join("target/ab.log"),
         "`pipelock ab`'s tests",
         |_| true,

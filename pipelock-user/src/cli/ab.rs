@@ -33,12 +33,44 @@ fn parse_memory(text: &str) -> Result<u32, String> {
     mib.ok_or_else(|| format!("`{text}`: want 256M to 64G"))
 }
 
+fn parse_percent(text: &str) -> Result<f64, String> {
+    text.trim_end_matches('%')
+        .parse::<f64>()
+        .ok()
+        .filter(|p| *p > 0.0 && *p <= 1000.0)
+        .ok_or_else(|| format!("`{text}`: want a change in percent, like 5"))
+}
+
 #[derive(Debug, Args)]
 pub struct AbArgs {
     /// A kernel to boot: a vmlinuz/bzImage path, a kernel .deb, or a Debian
     /// package name or glob (fetched once). Give it twice: A, then B.
-    #[arg(long = "kernel", value_name = "KERNEL", required = true, num_args = 1)]
+    #[arg(
+        long = "kernel",
+        value_name = "KERNEL",
+        num_args = 1,
+        required_unless_present = "source",
+        conflicts_with = "source"
+    )]
     pub kernels: Vec<String>,
+    /// A kernel source tree to build A and B from (with --patch, or two --rev).
+    #[arg(long, value_name = "DIR")]
+    pub source: Option<PathBuf>,
+    /// B is the --source tree with this patch applied (`patch -p1`); A is the tree as it is.
+    #[arg(long, value_name = "FILE", requires = "source", conflicts_with = "revs")]
+    pub patch: Option<PathBuf>,
+    /// Two commits of a git --source tree: A, then B.
+    #[arg(long = "rev", value_name = "REV", num_args = 1, requires = "source")]
+    pub revs: Vec<String>,
+    /// A kernel configuration fragment merged after pipelock's (both kernels).
+    #[arg(long, value_name = "FRAGMENT", requires = "source")]
+    pub config: Option<PathBuf>,
+    /// Where built kernels and their work trees are kept [default: ~/.cache/pipelock/builds].
+    #[arg(long, value_name = "DIR", requires = "source")]
+    pub build_cache: Option<PathBuf>,
+    /// Parallel compile jobs of a kernel build [default: the CPUs].
+    #[arg(long, value_name = "N", requires = "source", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub jobs: Option<u32>,
     /// Runs of the command per kernel (one per boot, A and B alternating).
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub runs: u32,
@@ -57,6 +89,10 @@ pub struct AbArgs {
     /// Write both kernels' raw runs and the table as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// The change (%) the verdict asks about: if these runs could not detect
+    /// it, it says how many runs would.
+    #[arg(long, value_name = "PERCENT", default_value_t = 5.0, value_parser = parse_percent)]
+    pub detect: f64,
     /// Echo the guests' consoles.
     #[arg(long)]
     pub verbose: bool,

@@ -43,7 +43,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         }),
         Command::Run(args) => run::run(args.workload, cli.ebpf_log),
         Command::Ab(args) => ab::run(ab::Options {
-            kernels: args.kernels,
+            kernels: ab::kernels_asked(&args)?,
             runs: args.runs,
             accel: args.accel,
             cpus: args.cpus,
@@ -52,6 +52,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             json: args.json,
             command: args.command,
             verbose: args.verbose,
+            detect_percent: args.detect,
         }),
         Command::AbEmit { nonce, name, file } => ab::emit(&nonce, &name, &file),
         Command::Generate { what } => generate::run(&what),

@@ -153,6 +153,83 @@ fn regularized_incomplete_beta(x: f64, a: f64, b: f64) -> f64 {
     front * f / a
 }
 
+/// Student's t with `df` degrees of freedom: the t > 0 whose two-sided
+/// tail probability is `p` (bisection on the tail; t grows as p falls).
+pub fn t_quantile(p: f64, df: f64) -> f64 {
+    let tail = |t: f64| regularized_incomplete_beta(df / (df + t * t), df / 2.0, 0.5);
+    let (mut lo, mut hi) = (0.0_f64, 1.0_f64);
+    while tail(hi) > p && hi < 1e9 {
+        hi *= 2.0;
+    }
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if tail(mid) > p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// Power of the detectable-change figure: a change that large is found
+/// in four of five such experiments.
+pub const POWER: f64 = 0.8;
+
+/// What two sets of runs can say about the change from A to B, in % of
+/// A's mean.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Difference {
+    pub change_percent: f64,
+    /// Welch's 95 % confidence interval of the change.
+    pub ci_low_percent: f64,
+    pub ci_high_percent: f64,
+    /// The smallest change (either way) a two-sided test at 5 % finds with
+    /// 80 % power, given these runs' spread and number.
+    pub detectable_percent: f64,
+}
+
+fn t_sum(df: f64) -> f64 {
+    t_quantile(0.05, df) + t_quantile(2.0 * (1.0 - POWER), df)
+}
+
+impl Difference {
+    /// None with fewer than two runs a side or a zero mean for A.
+    pub fn of(a: &Summary, b: &Summary) -> Option<Self> {
+        if a.n < 2 || b.n < 2 || a.mean == 0.0 {
+            return None;
+        }
+        let (va, vb) = (a.stddev.powi(2) / a.n as f64, b.stddev.powi(2) / b.n as f64);
+        let se = (va + vb).sqrt();
+        let df = if se == 0.0 {
+            (a.n + b.n - 2) as f64
+        } else {
+            (va + vb).powi(2) / (va.powi(2) / (a.n - 1) as f64 + vb.powi(2) / (b.n - 1) as f64)
+        };
+        let scale = 100.0 / a.mean.abs();
+        let change = b.mean - a.mean;
+        let half = t_quantile(0.05, df) * se;
+        Some(Self {
+            change_percent: change * scale,
+            ci_low_percent: (change - half) * scale,
+            ci_high_percent: (change + half) * scale,
+            detectable_percent: t_sum(df) * se * scale,
+        })
+    }
+}
+
+/// Runs per kernel (the same on both sides) with which a change of
+/// `percent` % of A's mean would be detectable, judging the spread by
+/// these runs; None beyond 10 000 or without a spread to judge by.
+pub fn runs_needed(a: &Summary, b: &Summary, percent: f64) -> Option<usize> {
+    let spread = (a.stddev.powi(2) + b.stddev.powi(2)).sqrt();
+    let wanted = percent.abs() / 100.0 * a.mean.abs();
+    if a.n < 2 || b.n < 2 || wanted == 0.0 {
+        return None;
+    }
+    (2..=10_000).find(|&n| t_sum((2 * n - 2) as f64) * spread / (n as f64).sqrt() <= wanted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +290,31 @@ mod tests {
         let (_, _, p_same) = welch_t_test(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0]).unwrap();
         assert!(close(p_same, 1.0, 1e-9));
         assert!(welch_t_test(&[1.0], &[2.0, 3.0]).is_none());
+    }
+
+    #[test]
+    fn t_quantiles_match_the_tables() {
+        // Student's t tables: t(0.975, 4) = 2.776, t(0.975, 30) = 2.042, t(0.8, 10) = 0.879.
+        assert!((t_quantile(0.05, 4.0) - 2.776).abs() < 1e-3);
+        assert!((t_quantile(0.05, 30.0) - 2.042).abs() < 1e-3);
+        assert!((t_quantile(0.4, 10.0) - 0.879).abs() < 1e-3);
+    }
+
+    #[test]
+    fn the_interval_and_the_detectable_change_follow_the_spread() {
+        let a = Summary::of(&[100.0, 102.0, 98.0]).unwrap();
+        let b = Summary::of(&[110.0, 112.0, 108.0]).unwrap();
+        let d = Difference::of(&a, &b).unwrap();
+        assert!((d.change_percent - 10.0).abs() < 1e-9);
+        // se = sqrt(4/3 + 4/3) = 1.633, df = 4: half width 2.776 × 1.633 = 4.53 %.
+        assert!((d.ci_low_percent - 5.47).abs() < 0.01, "{d:?}");
+        assert!((d.ci_high_percent - 14.53).abs() < 0.01, "{d:?}");
+        // (2.776 + 0.941) × 1.633 = 6.07 %.
+        assert!((d.detectable_percent - 6.07).abs() < 0.01, "{d:?}");
+        // A 5 % change needs more runs than these 3; a 20 % one fewer.
+        let needed = runs_needed(&a, &b, 5.0).unwrap();
+        assert!(needed > 3, "{needed}");
+        assert_eq!(runs_needed(&a, &b, 20.0), Some(2));
+        assert!(Difference::of(&Summary::of(&[1.0]).unwrap(), &b).is_none());
     }
 }

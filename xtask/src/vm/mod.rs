@@ -259,6 +259,45 @@ fn nonce() -> String {
 }
 
 /// qemu and a static busybox come from Debian's packages.
+/// The kernel tree `pipelock ab --source`'s tests build: Debian's
+/// linux-source-6.1 unpacked under target/vm (once), with what building it
+/// needs installed. Returns the tree.
+pub fn ensure_kernel_source(root: &Path) -> Result<std::path::PathBuf> {
+    const TARBALL: &str = "/usr/src/linux-source-6.1.tar.xz";
+    let header = |path: &'static str| move || Path::new(path).is_file();
+    let tool = |name: &'static str| move || crate::bootstrap::which(name).is_some();
+    crate::bootstrap::ensure_debian_packages(&[
+        ("linux-source-6.1", &header(TARBALL)),
+        ("bc", &tool("bc")),
+        ("bison", &tool("bison")),
+        ("flex", &tool("flex")),
+        ("dwarves", &tool("pahole")),
+        ("gcc", &tool("gcc")),
+        ("make", &tool("make")),
+        ("patch", &tool("patch")),
+        ("libelf-dev", &header("/usr/include/libelf.h")),
+        ("libssl-dev", &header("/usr/include/openssl/opensslv.h")),
+    ])?;
+    let vm = root.join("target/vm");
+    let tree = vm.join("linux-source-6.1");
+    if !tree.join("Makefile").is_file() {
+        let partial = vm.join("linux-source-6.1.partial");
+        let _ = fs::remove_dir_all(&partial);
+        fs::create_dir_all(&partial)?;
+        eprintln!("xtask: unpacking {TARBALL}");
+        crate::run(
+            std::process::Command::new("tar")
+                .arg("-xf")
+                .arg(TARBALL)
+                .arg("-C")
+                .arg(&partial),
+        )?;
+        fs::rename(partial.join("linux-source-6.1"), &tree)?;
+        let _ = fs::remove_dir_all(&partial);
+    }
+    Ok(tree)
+}
+
 pub fn ensure_host_packages() -> Result<()> {
     crate::bootstrap::ensure_debian_packages(&[
         ("qemu-system-x86", &|| {

@@ -29,7 +29,7 @@ fn vm_err(source: pipelock_vm::Error) -> Error {
 }
 
 /// Where `ab` keeps fetched kernels and its private apt state.
-fn cache_dir() -> PathBuf {
+pub fn cache_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))

@@ -7,6 +7,7 @@
 //! drift on the host spreads over both. Each guest is this binary and its
 //! libraries in a busybox initramfs; its JSON result comes back framed and
 //! checksummed on the serial console.
+mod build;
 pub mod guest;
 mod table;
 
@@ -21,12 +22,15 @@ use pipelock_vm::{
 };
 use serde::Serialize;
 
-pub use self::guest::emit;
+pub use self::{
+    build::{Kernels, kernels_asked},
+    guest::emit,
+};
 use self::{guest::Kernel, table::Figures};
 use crate::{Error, output::Outputs};
 
 pub struct Options {
-    pub kernels: Vec<String>,
+    pub kernels: Kernels,
     pub runs: u32,
     /// None: KVM if `/dev/kvm` answers within a few seconds, else TCG.
     pub accel: Option<Accel>,
@@ -37,6 +41,8 @@ pub struct Options {
     pub json: Option<PathBuf>,
     pub command: Vec<String>,
     pub verbose: bool,
+    /// The change (%) the verdict asks whether these runs could detect.
+    pub detect_percent: f64,
 }
 
 /// What a result file of `ab --json` holds.
@@ -213,11 +219,6 @@ pub fn read_console(
 }
 
 pub fn run(options: Options) -> Result<(), Error> {
-    let [a_spec, b_spec] = &options.kernels[..] else {
-        return Err(Error::Usage(
-            "--kernel: give exactly two kernels, A and B".to_owned(),
-        ));
-    };
     match options.command.first().map(String::as_str) {
         Some("run" | "trace") => {}
         _ => {
@@ -232,7 +233,18 @@ pub fn run(options: Options) -> Result<(), Error> {
     }
     // Files that cannot be written fail before anything boots.
     let outputs = Outputs::prepare(options.json.as_deref(), None)?;
-    let kernels = [guest::resolve(a_spec)?, guest::resolve(b_spec)?];
+    let kernels = match &options.kernels {
+        Kernels::Given(specs) => match &specs[..] {
+            [a, b] => [guest::resolve(a)?, guest::resolve(b)?],
+            _ => {
+                return Err(Error::Usage(
+                    "--kernel: give exactly two kernels, A and B".to_owned(),
+                ));
+            }
+        },
+        Kernels::Built(request) => build::build_both(request)?,
+    };
+    let (a_spec, b_spec) = (&kernels[0].spec, &kernels[1].spec);
     let work = std::env::temp_dir().join(format!("pipelock-ab-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(Error::read(work.clone()))?;
     let mut guest = Guest {
@@ -333,7 +345,7 @@ pub fn run(options: Options) -> Result<(), Error> {
             })
             .collect()
     };
-    let rows = table::compare(&figures(&a)?, &figures(&b)?);
+    let rows = table::compare(&figures(&a)?, &figures(&b)?, options.detect_percent);
     println!(
         "pipelock ab: {} — {} run(s) per kernel, accel {}{}",
         options.command.join(" "),
@@ -346,7 +358,10 @@ pub fn run(options: Options) -> Result<(), Error> {
         }
     );
     println!("A: {} ({})\nB: {} ({})\n", a.release, a.spec, b.release, b.spec);
-    print!("{}", table::render(&a.release, &b.release, &rows));
+    print!(
+        "{}",
+        table::render(&a.release, &b.release, &rows, options.detect_percent)
+    );
     let report = AbReport {
         command: &options.command,
         accel: accel.name(),

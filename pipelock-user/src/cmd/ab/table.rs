@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::workload::stats::{Summary, welch_t_test};
+use crate::workload::stats::{Difference, Summary, runs_needed, welch_t_test};
 
 /// Significance level of the marks in the table.
 pub const ALPHA: f64 = 0.05;
@@ -174,24 +174,43 @@ pub struct Row {
     pub p_value: Option<f64>,
     /// p < 0.05, or both sides without variance and different.
     pub significant: bool,
+    /// A count per operation that every run of each side gave alike (to
+    /// two decimals): compared as numbers, not as means with noise.
+    pub exact: bool,
+    /// The change's confidence interval and the smallest change these
+    /// runs detect; None for exact rows and with fewer than two runs.
+    pub difference: Option<Difference>,
+    /// Runs per kernel that would detect the change asked about
+    /// (`--detect`), when these runs cannot.
+    pub runs_needed: Option<usize>,
+}
+
+/// Whether a metric counts events per operation of the workload.
+fn is_count_per_operation(metric: &str) -> bool {
+    (metric.contains(" acquisitions per ") || metric.contains(" contentions per ")) && !metric.contains("(ns")
+}
+
+/// Every value the same to two decimals.
+fn alike(values: &[f64]) -> bool {
+    let rounded = |v: f64| (v * 100.0).round();
+    values.iter().all(|v| rounded(*v) == rounded(values[0]))
+}
+
+/// Whether a metric is the workload's own figure rather than a lock's.
+pub fn is_workload_figure(metric: &str) -> bool {
+    crate::workload::WorkloadName::ALL
+        .iter()
+        .any(|w| metric.starts_with(&format!("{} ", w.name())))
 }
 
 /// One row per metric every run of both sides has; the workload's own
 /// figure first, then the lock classes in order.
-pub fn compare(a: &[Figures], b: &[Figures]) -> Vec<Row> {
+pub fn compare(a: &[Figures], b: &[Figures], detect_percent: f64) -> Vec<Row> {
     let Some(first) = a.first() else {
         return Vec::new();
     };
     let mut metrics: Vec<&String> = first.keys().collect();
-    metrics.sort_by_key(|m| {
-        (
-            !m.starts_with("pipe-throughput")
-                && !m.starts_with("pipe-herd")
-                && !m.starts_with("pipe-stream")
-                && !m.starts_with("lockref-stat"),
-            (*m).clone(),
-        )
-    });
+    metrics.sort_by_key(|m| (!is_workload_figure(m), (*m).clone()));
     metrics
         .into_iter()
         .filter(|metric| a.iter().chain(b).all(|run| run.contains_key(*metric)))
@@ -207,11 +226,24 @@ pub fn compare(a: &[Figures], b: &[Figures]) -> Vec<Row> {
             } else {
                 100.0 * (sb.mean - sa.mean) / sa.mean
             };
+            let exact = is_count_per_operation(metric) && alike(&va) && alike(&vb);
+            let significant = if exact {
+                (sa.mean * 100.0).round() != (sb.mean * 100.0).round()
+            } else {
+                (p_value.is_some_and(|p| p < ALPHA) || constant_and_different)
+                    && (change_percent.abs() >= SMALLEST_CHANGE || sa.mean == 0.0 && sb.mean != 0.0)
+            };
+            let difference = (!exact).then(|| Difference::of(&sa, &sb)).flatten();
+            let runs_needed = difference
+                .filter(|d| d.detectable_percent > detect_percent)
+                .and_then(|_| runs_needed(&sa, &sb, detect_percent));
             Some(Row {
                 metric: metric.clone(),
                 change_percent,
-                significant: (p_value.is_some_and(|p| p < ALPHA) || constant_and_different)
-                    && (change_percent.abs() >= SMALLEST_CHANGE || sa.mean == 0.0 && sb.mean != 0.0),
+                significant,
+                exact,
+                difference,
+                runs_needed,
                 p_value,
                 a: sa,
                 b: sb,
@@ -231,32 +263,85 @@ fn value(x: f64) -> String {
 }
 
 /// The table, kernel-test-robot style: `*` marks a significant change.
-pub fn render(a_name: &str, b_name: &str, rows: &[Row]) -> String {
+pub fn render(a_name: &str, b_name: &str, rows: &[Row], detect_percent: f64) -> String {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::NOTHING).set_header(vec![
         format!("{a_name} (A)"),
         String::new(),
         "%change".to_owned(),
         String::new(),
+        "95% CI".to_owned(),
         format!("{b_name} (B)"),
         String::new(),
+        "detects".to_owned(),
         "metric".to_owned(),
     ]);
     for row in rows {
+        let spread = |s: &Summary| {
+            if row.exact {
+                "exact".to_owned()
+            } else {
+                format!("± {:.1}%", s.cv_percent())
+            }
+        };
+        let (ci, detects) = match (&row.difference, row.exact) {
+            (_, true) => ("exact".to_owned(), String::new()),
+            (Some(d), false) => (
+                format!("{:+.1}% … {:+.1}%", d.ci_low_percent, d.ci_high_percent),
+                format!("±{:.1}%", d.detectable_percent),
+            ),
+            (None, false) => ("—".to_owned(), "—".to_owned()),
+        };
         table.add_row(vec![
             value(row.a.mean),
-            format!("± {:.1}%", row.a.cv_percent()),
+            spread(&row.a),
             format!("{:+.1}%", row.change_percent),
             if row.significant { "*" } else { "" }.to_owned(),
+            ci,
             value(row.b.mean),
-            format!("± {:.1}%", row.b.cv_percent()),
+            spread(&row.b),
+            detects,
             row.metric.clone(),
         ]);
     }
-    format!(
+    let mut text = format!(
         "{table}\n* significant: Welch's two-sided t-test p < {ALPHA} (or both sides without variance and \
-         apart), and a change of at least {SMALLEST_CHANGE} %\n"
-    )
+         apart), and a change of at least {SMALLEST_CHANGE} %; exact: a count per operation every run gave \
+         alike, compared as it is\n95% CI: of the change; detects: the smallest change these runs find \
+         (5 % test, {:.0} % power)\n",
+        crate::workload::stats::POWER * 100.0
+    );
+    text.push_str(&verdicts(rows, detect_percent));
+    text
+}
+
+/// What the runs can tell about the workload's own figures, in words.
+pub fn verdicts(rows: &[Row], detect_percent: f64) -> String {
+    let mut out = String::new();
+    for row in rows.iter().filter(|r| is_workload_figure(&r.metric)) {
+        let line = match &row.difference {
+            None => format!(
+                "{}: {:+.1}% from one run per kernel: no interval (--runs 3 or more)",
+                row.metric, row.change_percent
+            ),
+            Some(d) => {
+                let mut line = format!(
+                    "{}: {:+.1}% (95% CI {:+.1}% … {:+.1}%); these runs detect changes of ±{:.1}% or more",
+                    row.metric, d.change_percent, d.ci_low_percent, d.ci_high_percent, d.detectable_percent
+                );
+                if d.detectable_percent > detect_percent {
+                    line.push_str(&match row.runs_needed {
+                        Some(n) => format!("; a {detect_percent}% change needs {n} runs per kernel"),
+                        None => format!("; no number of runs up to 10000 detects a {detect_percent}% change"),
+                    });
+                }
+                line
+            }
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -304,13 +389,13 @@ mod tests {
             .iter()
             .map(|(n, lps)| figures(&run(*n, 1, *lps)).unwrap())
             .collect();
-        let rows = compare(&a, &b);
+        let rows = compare(&a, &b, 5.0);
         let row = |m: &str| rows.iter().find(|r| r.metric == m).unwrap();
         let rd = row("pipe-rd-wait acquisitions per write+read pair");
         assert_eq!((rd.a.mean, rd.b.mean), (3.0, 1.0));
         assert!(
-            rd.significant && rd.p_value.is_none(),
-            "constant on each side, apart"
+            rd.significant && rd.exact && rd.difference.is_none(),
+            "exact on each side, apart: {rd:?}"
         );
         assert!((rd.change_percent + 66.67).abs() < 0.01);
         let mutex = row("pipe-mutex acquisitions per write+read pair");
@@ -319,11 +404,23 @@ mod tests {
         let hair = compare(
             &[1.0, 1.0001, 1.0002].map(|v| Figures::from([("x".to_owned(), v)])),
             &[1.001, 1.0011, 1.0012].map(|v| Figures::from([("x".to_owned(), v)])),
+            5.0,
         );
         assert!(!hair[0].significant, "{hair:?}");
         let lps = row("pipe-throughput throughput (lps)");
         assert!(!lps.significant, "{lps:?}");
-        let text = render("6.1", "6.18", &rows);
+        assert!(lps.difference.is_some() && !lps.exact);
+        let text = render("6.1", "6.18", &rows, 5.0);
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("pipe-throughput throughput (lps): ") && l.contains("95% CI")),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.contains("exact") && l.contains("pipe-rd-wait acquisitions")),
+            "{text}"
+        );
         assert!(text.contains("-66.7%"), "{text}");
         assert!(
             text.lines()

@@ -1,0 +1,383 @@
+//! `pipelock ab --source`: two kernels built from one real tree (Debian's
+//! linux-source-6.1, which `cargo xtask test` unpacks and passes in
+//! `PIPELOCK_AB_SOURCE`, with a build cache in `PIPELOCK_AB_BUILD_CACHE`),
+//! A as it is and B with the patch in test-data that drops
+//! `rd_wait.lock` from pipe_read/pipe_write. Nobody here decided the
+//! answer: the tree's code takes that lock three times per write+read
+//! pair and the patched code once. Then what can go wrong, each one line
+//! and no kernel left half-made in the cache.
+use std::{
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use super::*;
+
+const PATCH: &str = "test-data/patches/pipe-mutex-instead-of-rd-wait-lock-6.1.patch";
+
+fn inputs() -> Option<(String, PathBuf)> {
+    let source = std::env::var("PIPELOCK_AB_SOURCE").ok()?;
+    let cache = std::env::var("PIPELOCK_AB_BUILD_CACHE").ok()?;
+    Some((source, PathBuf::from(cache)))
+}
+
+fn skipped() -> Outcome {
+    Outcome::Skipped(
+        "no kernel tree given (PIPELOCK_AB_SOURCE and PIPELOCK_AB_BUILD_CACHE; `cargo xtask test` sets them)"
+            .into(),
+    )
+}
+
+fn repo_file(path: &str) -> Result<String> {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    ensure!(file.is_file(), "{} missing", file.display());
+    Ok(file.to_str().context("path")?.to_owned())
+}
+
+/// The kernels in a build cache: finished entries and anything partial.
+fn cached(cache: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(cache.join("kernels"))
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn ab_source(source: &str, cache: &Path, patch: &str, runs: &str) -> Result<(Option<i32>, String, String)> {
+    let out = run(pipelock().args([
+        "ab",
+        "--source",
+        source,
+        "--patch",
+        patch,
+        "--build-cache",
+        cache.to_str().context("path")?,
+        "--runs",
+        runs,
+        "--accel",
+        "tcg",
+        "--",
+        "run",
+        "pipe-throughput",
+        "--trace",
+        "--trace-mode",
+        "fentry",
+        "--duration",
+        "1",
+        "--passes",
+        "1",
+    ]))?;
+    Ok((out.status.code(), text(&out.stdout), text(&out.stderr)))
+}
+
+/// The table's line for `metric`: its cells split on runs of spaces.
+fn table_row(stdout: &str, metric: &str) -> Result<Vec<String>> {
+    let line = stdout
+        .lines()
+        .find(|l| l.trim_end().ends_with(metric))
+        .with_context(|| format!("no `{metric}` row in:\n{stdout}"))?;
+    Ok(line
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+fn last_error(stderr: &str) -> String {
+    stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("pipelock: error:"))
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// The seed thread's change, built and compared: `rd_wait.lock` 3 → 1 per
+/// pair (exact, marked), the pipe mutex 2 and 2; then with an empty patch
+/// (A from the cache, B the same kernel): no lock count marked.
+fn ab_source_builds_the_patch_and_shows_rd_wait_3_to_1() -> Result<Outcome> {
+    let Some((source, cache)) = inputs() else {
+        return Ok(skipped());
+    };
+    let started = Instant::now();
+    let (code, stdout, stderr) = ab_source(&source, &cache, &repo_file(PATCH)?, "3")?;
+    ensure!(
+        code == Some(0),
+        "ab --source: {code:?}: {}\n{stderr}",
+        last_error(&stderr)
+    );
+    let rd = table_row(&stdout, "pipe-rd-wait acquisitions per write+read pair")?;
+    let mutex = table_row(&stdout, "pipe-mutex acquisitions per write+read pair")?;
+    ensure!(
+        rd[0] == "3.00" && rd[1] == "exact" && rd[3] == "*" && rd[5] == "1.00",
+        "rd_wait.lock per pair, want 3.00 exact → 1.00 marked: {rd:?}\n{stdout}"
+    );
+    ensure!(
+        mutex[0] == "2.00" && mutex[1] == "exact" && !mutex.contains(&"*".to_owned()) && mutex[4] == "2.00",
+        "pipe mutex per pair, want 2.00 and 2.00 unmarked: {mutex:?}\n{stdout}"
+    );
+    ensure!(
+        stdout.contains("pipe-throughput throughput (lps): ") && stdout.contains("95% CI"),
+        "no verdict on the workload's figure:\n{stdout}"
+    );
+    let times: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(" built in ") || l.contains("from the cache"))
+        .collect();
+    println!(
+        "  3 runs each, {:.0} s: {}",
+        started.elapsed().as_secs_f64(),
+        times.join("; ")
+    );
+    println!("  {}", rd.join(" "));
+
+    let empty = scratch("empty.patch");
+    fs::write(&empty, "")?;
+    let started = Instant::now();
+    let (code, stdout, stderr) = ab_source(&source, &cache, empty.to_str().context("path")?, "2")?;
+    let _ = fs::remove_file(&empty);
+    ensure!(
+        code == Some(0),
+        "ab with an empty patch: {code:?}: {}",
+        last_error(&stderr)
+    );
+    ensure!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("pipelock ab: A (") && l.contains("from the cache")),
+        "A was built again instead of taken from the cache:\n{stderr}"
+    );
+    ensure!(
+        !stderr.contains("building A"),
+        "a cached A was rebuilt:\n{stderr}"
+    );
+    for metric in [
+        "pipe-rd-wait acquisitions per write+read pair",
+        "pipe-mutex acquisitions per write+read pair",
+    ] {
+        let row = table_row(&stdout, metric)?;
+        ensure!(
+            !row.contains(&"*".to_owned()),
+            "{metric} marked as changed by an empty patch: {row:?}"
+        );
+    }
+    println!(
+        "  empty patch: no lock change, A from the cache, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(Outcome::Passed)
+}
+register!(Host ab_source_builds_the_patch_and_shows_rd_wait_3_to_1);
+
+/// A patch that does not apply and one that does not compile: one line
+/// naming the file (and hunk, or the compiler's error and the log), exit
+/// 1, and the cache holding what it held before. A is cached by then.
+fn ab_source_bad_patches_are_one_line_and_cache_nothing() -> Result<Outcome> {
+    let Some((source, cache)) = inputs() else {
+        return Ok(skipped());
+    };
+    let before = cached(&cache);
+    let stale = scratch("stale.patch");
+    fs::write(
+        &stale,
+        "--- a/fs/pipe.c\n+++ b/fs/pipe.c\n@@ -322,3 +322,3 @@\n this line is not in fs/pipe.c\n-nor this one\n+but this\n",
+    )?;
+    let (code, _, stderr) = ab_source(&source, &cache, stale.to_str().context("path")?, "1")?;
+    let line = last_error(&stderr);
+    ensure!(
+        code == Some(1) && line.contains("does not apply") && line.contains("fs/pipe.c: hunk #1"),
+        "a patch that does not apply: {code:?}: {line}\n{stderr}"
+    );
+    ensure!(
+        cached(&cache) == before,
+        "cache changed: {:?} → {:?}",
+        before,
+        cached(&cache)
+    );
+    println!("  {line}");
+
+    let broken = scratch("broken.patch");
+    let original = fs::read_to_string(Path::new(&source).join("fs/pipe.c"))?;
+    let context: Vec<&str> = original.lines().skip(99).take(3).collect();
+    fs::write(
+        &broken,
+        format!(
+            "--- a/fs/pipe.c\n+++ b/fs/pipe.c\n@@ -100,3 +100,4 @@\n {}\n {}\n {}\n+this is not C;\n",
+            context[0], context[1], context[2]
+        ),
+    )?;
+    let (code, _, stderr) = ab_source(&source, &cache, broken.to_str().context("path")?, "1")?;
+    let line = last_error(&stderr);
+    ensure!(
+        code == Some(1)
+            && line.contains("kernel B does not build")
+            && line.contains("fs/pipe.c")
+            && line.contains("error:")
+            && line.contains("build log: "),
+        "a patch that does not compile: {code:?}: {line}\n{stderr}"
+    );
+    ensure!(
+        cached(&cache) == before,
+        "cache changed: {:?} → {:?}",
+        before,
+        cached(&cache)
+    );
+    let again = fs::read_to_string(Path::new(&source).join("fs/pipe.c"))?;
+    ensure!(again == original, "the user's tree was written to");
+    println!("  {line}");
+    let _ = fs::remove_file(&stale);
+    let _ = fs::remove_file(&broken);
+    Ok(Outcome::Passed)
+}
+register!(Host ab_source_bad_patches_are_one_line_and_cache_nothing);
+
+/// A missing build tool (pahole, from dwarves) and a cache on a file
+/// system with too little space: one line naming the package or the
+/// space, before anything is built.
+fn ab_source_missing_tools_and_space_are_named() -> Result<Outcome> {
+    let Some((source, _)) = inputs() else {
+        return Ok(skipped());
+    };
+    let patch = repo_file(PATCH)?;
+    // A PATH with every tool a build needs but pahole.
+    let bin = scratch("ab-bin");
+    fs::create_dir_all(&bin)?;
+    for tool in [
+        "make", "gcc", "bc", "bison", "flex", "patch", "perl", "cp", "tar", "git",
+    ] {
+        if let Some(found) = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.join(tool))
+            .find(|p| p.is_file())
+        {
+            let _ = std::os::unix::fs::symlink(found, bin.join(tool));
+        }
+    }
+    let out = run(pipelock()
+        .args([
+            "ab",
+            "--source",
+            &source,
+            "--patch",
+            &patch,
+            "--",
+            "run",
+            "pipe-throughput",
+        ])
+        .env("PATH", &bin))?;
+    let line = last_error(&text(&out.stderr));
+    ensure!(
+        out.status.code() == Some(1) && line.contains("apt-get install dwarves"),
+        "without pahole: {:?}: {line}",
+        out.status.code()
+    );
+    println!("  {line}");
+    let _ = fs::remove_dir_all(&bin);
+
+    let small = scratch("ab-small-cache");
+    fs::create_dir_all(&small)?;
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+        .arg(&small)
+        .status()?
+        .success();
+    ensure!(mounted, "cannot mount a small tmpfs at {}", small.display());
+    let out = run(pipelock().args([
+        "ab",
+        "--source",
+        &source,
+        "--patch",
+        &patch,
+        "--build-cache",
+        small.to_str().context("path")?,
+        "--",
+        "run",
+        "pipe-throughput",
+    ]));
+    let leftovers: Vec<_> = fs::read_dir(&small)?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    let _ = Command::new("umount").arg(&small).status();
+    let out = out?;
+    let line = last_error(&text(&out.stderr));
+    ensure!(
+        out.status.code() == Some(1) && line.contains("too little disk space") && line.contains("free"),
+        "a 64 MiB cache: {:?}: {line}",
+        out.status.code()
+    );
+    ensure!(leftovers.is_empty(), "the full cache got {leftovers:?}");
+    println!("  {line}");
+    let _ = fs::remove_dir_all(&small);
+    Ok(Outcome::Passed)
+}
+register!(Host ab_source_missing_tools_and_space_are_named);
+
+/// Ctrl-C during a cold build: make and its compilers stop, pipelock says
+/// so and exits 130, and the cache has no kernel, finished or partial.
+fn ab_source_ctrl_c_during_a_build_caches_nothing() -> Result<Outcome> {
+    let Some((source, _)) = inputs() else {
+        return Ok(skipped());
+    };
+    let cache = scratch("ab-interrupted-cache");
+    let _ = fs::remove_dir_all(&cache);
+    let stderr_file = scratch("ab-interrupted.err");
+    let mut child = pipelock()
+        .args([
+            "ab",
+            "--source",
+            &source,
+            "--patch",
+            &repo_file(PATCH)?,
+            "--build-cache",
+        ])
+        .arg(&cache)
+        .args(["--", "run", "pipe-throughput"])
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&stderr_file)?)
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !fs::read_to_string(&stderr_file)?.contains("building A") {
+        ensure!(
+            Instant::now() < deadline,
+            "no build started: {}",
+            fs::read_to_string(&stderr_file)?
+        );
+        ensure!(
+            child.try_wait()?.is_none(),
+            "ab ended early: {}",
+            fs::read_to_string(&stderr_file)?
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(15));
+    // SAFETY: signals the child this test started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = child.wait()?;
+    let stderr = fs::read_to_string(&stderr_file)?;
+    ensure!(status.code() == Some(130), "after Ctrl-C: {status}\n{stderr}");
+    ensure!(
+        stderr.contains("interrupted during a kernel build"),
+        "no word of it:\n{stderr}"
+    );
+    ensure!(cached(&cache).is_empty(), "the cache kept {:?}", cached(&cache));
+    // No compiler of that build outlives it.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut left = 0;
+    for entry in fs::read_dir("/proc")?.filter_map(Result::ok) {
+        if fs::read(entry.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(cache.to_string_lossy().as_ref()))
+        {
+            left += 1;
+        }
+    }
+    ensure!(left == 0, "{left} process(es) of the build still run");
+    let _ = fs::remove_dir_all(&cache);
+    let _ = fs::remove_file(&stderr_file);
+    println!("  stopped within the build, exit 130, nothing cached");
+    Ok(Outcome::Passed)
+}
+register!(Host ab_source_ctrl_c_during_a_build_caches_nothing);
