@@ -74,11 +74,8 @@ pub enum Error {
     #[error("workload failed: {reason}")]
     Workload { reason: String },
     /// Preparing or booting a guest kernel failed (`pipelock ab`).
-    #[error("VM")]
-    Vm {
-        #[source]
-        source: pipelock_vm::Error,
-    },
+    #[error(transparent)]
+    Vm { source: pipelock_vm::Error },
     /// A guest of `pipelock ab` booted but gave no usable result.
     #[error("kernel {kernel}: {reason}")]
     Guest { kernel: String, reason: String },

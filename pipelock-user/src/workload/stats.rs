@@ -194,18 +194,19 @@ fn t_sum(df: f64) -> f64 {
 }
 
 impl Difference {
-    /// None with fewer than two runs a side or a zero mean for A.
+    /// None with fewer than two runs a side, no spread, or a zero mean for A.
     pub fn of(a: &Summary, b: &Summary) -> Option<Self> {
         if a.n < 2 || b.n < 2 || a.mean == 0.0 {
             return None;
         }
         let (va, vb) = (a.stddev.powi(2) / a.n as f64, b.stddev.powi(2) / b.n as f64);
         let se = (va + vb).sqrt();
-        let df = if se == 0.0 {
-            (a.n + b.n - 2) as f64
-        } else {
-            (va + vb).powi(2) / (va.powi(2) / (a.n - 1) as f64 + vb.powi(2) / (b.n - 1) as f64)
-        };
+        if se == 0.0 {
+            // Constant on both sides (a bucket bound, say): no spread to
+            // judge an interval by.
+            return None;
+        }
+        let df = (va + vb).powi(2) / (va.powi(2) / (a.n - 1) as f64 + vb.powi(2) / (b.n - 1) as f64);
         let scale = 100.0 / a.mean.abs();
         let change = b.mean - a.mean;
         let half = t_quantile(0.05, df) * se;

@@ -49,7 +49,7 @@ fn ab(args: &[&str]) -> Result<(Option<i32>, String, String)> {
 }
 
 /// The error line of a failed `ab` (the last line of stderr).
-fn error_line(stderr: &str) -> &str {
+pub(super) fn error_line(stderr: &str) -> &str {
     stderr
         .lines()
         .rev()

@@ -87,15 +87,6 @@ fn table_row(stdout: &str, metric: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-fn last_error(stderr: &str) -> String {
-    stderr
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("pipelock: error:"))
-        .unwrap_or("")
-        .to_owned()
-}
-
 /// The seed thread's change, built and compared: `rd_wait.lock` 3 → 1 per
 /// pair (exact, marked), the pipe mutex 2 and 2; then with an empty patch
 /// (A from the cache, B the same kernel): no lock count marked.
@@ -108,7 +99,7 @@ fn ab_source_builds_the_patch_and_shows_rd_wait_3_to_1() -> Result<Outcome> {
     ensure!(
         code == Some(0),
         "ab --source: {code:?}: {}\n{stderr}",
-        last_error(&stderr)
+        ab::error_line(&stderr)
     );
     let rd = table_row(&stdout, "pipe-rd-wait acquisitions per write+read pair")?;
     let mutex = table_row(&stdout, "pipe-mutex acquisitions per write+read pair")?;
@@ -143,7 +134,7 @@ fn ab_source_builds_the_patch_and_shows_rd_wait_3_to_1() -> Result<Outcome> {
     ensure!(
         code == Some(0),
         "ab with an empty patch: {code:?}: {}",
-        last_error(&stderr)
+        ab::error_line(&stderr)
     );
     ensure!(
         stderr
@@ -187,7 +178,7 @@ fn ab_source_bad_patches_are_one_line_and_cache_nothing() -> Result<Outcome> {
         "--- a/fs/pipe.c\n+++ b/fs/pipe.c\n@@ -322,3 +322,3 @@\n this line is not in fs/pipe.c\n-nor this one\n+but this\n",
     )?;
     let (code, _, stderr) = ab_source(&source, &cache, stale.to_str().context("path")?, "1")?;
-    let line = last_error(&stderr);
+    let line = ab::error_line(&stderr).to_owned();
     ensure!(
         code == Some(1) && line.contains("does not apply") && line.contains("fs/pipe.c: hunk #1"),
         "a patch that does not apply: {code:?}: {line}\n{stderr}"
@@ -202,16 +193,17 @@ fn ab_source_bad_patches_are_one_line_and_cache_nothing() -> Result<Outcome> {
 
     let broken = scratch("broken.patch");
     let original = fs::read_to_string(Path::new(&source).join("fs/pipe.c"))?;
-    let context: Vec<&str> = original.lines().skip(99).take(3).collect();
+    // One line of junk between two of the tree's own lines.
+    let context: Vec<&str> = original.lines().skip(99).take(2).collect();
     fs::write(
         &broken,
         format!(
-            "--- a/fs/pipe.c\n+++ b/fs/pipe.c\n@@ -100,3 +100,4 @@\n {}\n {}\n {}\n+this is not C;\n",
-            context[0], context[1], context[2]
+            "--- a/fs/pipe.c\n+++ b/fs/pipe.c\n@@ -100,2 +100,3 @@\n {}\n+this is not C;\n {}\n",
+            context[0], context[1]
         ),
     )?;
     let (code, _, stderr) = ab_source(&source, &cache, broken.to_str().context("path")?, "1")?;
-    let line = last_error(&stderr);
+    let line = ab::error_line(&stderr).to_owned();
     ensure!(
         code == Some(1)
             && line.contains("kernel B does not build")
@@ -268,7 +260,7 @@ fn ab_source_missing_tools_and_space_are_named() -> Result<Outcome> {
             "pipe-throughput",
         ])
         .env("PATH", &bin))?;
-    let line = last_error(&text(&out.stderr));
+    let line = ab::error_line(&text(&out.stderr)).to_owned();
     ensure!(
         out.status.code() == Some(1) && line.contains("apt-get install dwarves"),
         "without pahole: {:?}: {line}",
@@ -303,7 +295,7 @@ fn ab_source_missing_tools_and_space_are_named() -> Result<Outcome> {
         .collect();
     let _ = Command::new("umount").arg(&small).status();
     let out = out?;
-    let line = last_error(&text(&out.stderr));
+    let line = ab::error_line(&text(&out.stderr)).to_owned();
     ensure!(
         out.status.code() == Some(1) && line.contains("too little disk space") && line.contains("free"),
         "a 64 MiB cache: {:?}: {line}",

@@ -19,7 +19,11 @@ pub enum Kernels {
 /// What the arguments ask to compare; one line of usage if it is not clear.
 pub fn kernels_asked(args: &AbArgs) -> Result<Kernels, Error> {
     let Some(source) = &args.source else {
-        if args.patch.is_some() || !args.revs.is_empty() || args.config.is_some() || args.build_cache.is_some() {
+        if args.patch.is_some()
+            || !args.revs.is_empty()
+            || args.config.is_some()
+            || args.build_cache.is_some()
+        {
             return Err(Error::Usage(
                 "--patch, --rev, --config and --build-cache go with --source DIR".to_owned(),
             ));
@@ -151,7 +155,8 @@ mod tests {
 
     #[test]
     fn a_source_tree_comes_with_a_patch_or_two_revs() {
-        let Ok(Kernels::Built(request)) = asked("pipelock ab --source /s --patch p.diff --jobs 3 -- run pipe-herd")
+        let Ok(Kernels::Built(request)) =
+            asked("pipelock ab --source /s --patch p.diff --jobs 3 -- run pipe-herd")
         else {
             panic!("a patch");
         };
@@ -159,7 +164,10 @@ mod tests {
         assert_eq!(request.jobs, 3);
         assert!(matches!(
             asked("pipelock ab --source /s --rev v6.1 --rev HEAD -- run pipe-herd"),
-            Ok(Kernels::Built(Request { change: Change::Revs { .. }, .. }))
+            Ok(Kernels::Built(Request {
+                change: Change::Revs { .. },
+                ..
+            }))
         ));
         let err = |line| asked(line).err().unwrap_or_default();
         assert!(err("pipelock ab --source /s -- run pipe-herd").contains("--patch FILE"));
