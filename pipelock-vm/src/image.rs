@@ -86,7 +86,7 @@ fn libraries(ldd: &str) -> Vec<PathBuf> {
 
 /// An /init for busybox: mount what tracing needs, bring up loopback,
 /// export `env`, run `guest`, print `sentinel` with its exit status, and
-/// power off.
+/// reboot (qemu's -no-reboot makes that its end).
 pub fn init_script(banner: &str, env: &str, guest: &str, sentinel: &str) -> String {
     format!(
         r#"#!/bin/busybox sh
