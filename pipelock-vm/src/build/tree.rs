@@ -107,7 +107,7 @@ pub fn commit(dir: &Path, rev: &str) -> Result<String> {
         .args(["rev-parse", "--verify", "--quiet"])
         .arg(format!("{rev}^{{commit}}"))
         .output()
-        .map_err(io("cannot run git"))?;
+        .map_err(io("cannot run git (apt-get install git)"))?;
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     if !out.status.success() || id.is_empty() {
         return Err(Error::Invalid(format!(
@@ -125,7 +125,7 @@ pub fn diff(dir: &Path, a: &str, b: &str) -> Result<Vec<u8>> {
         .arg(dir)
         .args(["diff", "--no-color", "--no-ext-diff", a, b])
         .output()
-        .map_err(io("cannot run git"))?;
+        .map_err(io("cannot run git (apt-get install git)"))?;
     if !out.status.success() {
         return Err(Error::Command {
             command: format!("git diff {a} {b}"),
