@@ -32,6 +32,8 @@ enum Scope {
 mod ab;
 #[path = "integration/ab_source.rs"]
 mod ab_source;
+#[path = "integration/ab_source_git.rs"]
+mod ab_source_git;
 #[path = "integration/callers.rs"]
 mod callers;
 #[path = "integration/contract.rs"]

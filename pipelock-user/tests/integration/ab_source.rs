@@ -4,8 +4,9 @@
 //! A as it is and B with the patch in test-data that drops
 //! `rd_wait.lock` from pipe_read/pipe_write. Nobody here decided the
 //! answer: the tree's code takes that lock three times per write+read
-//! pair and the patched code once. Then what can go wrong, each one line
-//! and no kernel left half-made in the cache.
+//! pair and the patched code once. The two images it built boot again as
+//! `--kernel` paths. Then what can go wrong, each one line and no kernel
+//! left half-made in the cache.
 use std::{
     process::Stdio,
     time::{Duration, Instant},
@@ -13,29 +14,29 @@ use std::{
 
 use super::*;
 
-const PATCH: &str = "test-data/patches/pipe-mutex-instead-of-rd-wait-lock-6.1.patch";
+pub(super) const PATCH: &str = "test-data/patches/pipe-mutex-instead-of-rd-wait-lock-6.1.patch";
 
-fn inputs() -> Option<(String, PathBuf)> {
+pub(super) fn inputs() -> Option<(String, PathBuf)> {
     let source = std::env::var("PIPELOCK_AB_SOURCE").ok()?;
     let cache = std::env::var("PIPELOCK_AB_BUILD_CACHE").ok()?;
     Some((source, PathBuf::from(cache)))
 }
 
-fn skipped() -> Outcome {
+pub(super) fn skipped() -> Outcome {
     Outcome::Skipped(
         "no kernel tree given (PIPELOCK_AB_SOURCE and PIPELOCK_AB_BUILD_CACHE; `cargo xtask test` sets them)"
             .into(),
     )
 }
 
-fn repo_file(path: &str) -> Result<String> {
+pub(super) fn repo_file(path: &str) -> Result<String> {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
     ensure!(file.is_file(), "{} missing", file.display());
     Ok(file.to_str().context("path")?.to_owned())
 }
 
 /// The kernels in a build cache: finished entries and anything partial.
-fn cached(cache: &Path) -> Vec<String> {
+pub(super) fn cached(cache: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(cache.join("kernels"))
         .map(|d| {
             d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
@@ -46,15 +47,10 @@ fn cached(cache: &Path) -> Vec<String> {
     names
 }
 
-fn ab_source(source: &str, cache: &Path, patch: &str, runs: &str) -> Result<(Option<i32>, String, String)> {
-    let out = run(pipelock().args([
-        "ab",
-        "--source",
-        source,
-        "--patch",
-        patch,
-        "--build-cache",
-        cache.to_str().context("path")?,
+/// `pipelock ab` with the kernels given by `choice` (`--source … --patch
+/// …`, `--kernel … --kernel …`), running the traced pipe-throughput.
+pub(super) fn ab_with(choice: &[&str], runs: &str) -> Result<(Option<i32>, String, String)> {
+    let out = run(pipelock().arg("ab").args(choice).args([
         "--runs",
         runs,
         "--accel",
@@ -71,6 +67,69 @@ fn ab_source(source: &str, cache: &Path, patch: &str, runs: &str) -> Result<(Opt
         "1",
     ]))?;
     Ok((out.status.code(), text(&out.stdout), text(&out.stderr)))
+}
+
+/// `ab_with` that must succeed: its stdout and stderr.
+pub(super) fn ab_ok(choice: &[&str], runs: &str) -> Result<(String, String)> {
+    let (code, stdout, stderr) = ab_with(choice, runs)?;
+    ensure!(
+        code == Some(0),
+        "ab {}: {code:?}: {}\n{stderr}",
+        choice.join(" "),
+        ab::error_line(&stderr)
+    );
+    Ok((stdout, stderr))
+}
+
+/// `ab`'s lines on how each kernel was had: built (in how long) or cached.
+pub(super) fn build_lines(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|l| l.contains(" built in ") || l.contains("from the cache"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn ab_source(source: &str, cache: &Path, patch: &str, runs: &str) -> Result<(Option<i32>, String, String)> {
+    let cache = cache.to_str().context("path")?;
+    ab_with(
+        &["--source", source, "--patch", patch, "--build-cache", cache],
+        runs,
+    )
+}
+
+/// Checks the rd_wait.lock row goes 3 → 1 (exact, marked) and the pipe
+/// mutex's stays at 2 (exact, unmarked); returns the rd_wait row.
+pub(super) fn rd_wait_3_to_1(stdout: &str) -> Result<Vec<String>> {
+    let rd = table_row(stdout, "pipe-rd-wait acquisitions per write+read pair")?;
+    let mutex = table_row(stdout, "pipe-mutex acquisitions per write+read pair")?;
+    ensure!(
+        rd[0] == "3.00" && rd[1] == "exact" && rd[3] == "*" && rd[5] == "1.00",
+        "rd_wait.lock per pair, want 3.00 exact → 1.00 marked: {rd:?}\n{stdout}"
+    );
+    ensure!(
+        mutex[0] == "2.00" && mutex[1] == "exact" && !mutex.contains(&"*".to_owned()) && mutex[4] == "2.00",
+        "pipe mutex per pair, want 2.00 and 2.00 unmarked: {mutex:?}\n{stdout}"
+    );
+    Ok(rd)
+}
+
+/// The images of A and B, from `ab`'s "built in …: IMAGE (log: …)" or
+/// "from the cache: IMAGE" lines.
+fn images(stderr: &str) -> Result<[String; 2]> {
+    let image = |side: &str| -> Result<String> {
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("pipelock ab: {side} (")))
+            .with_context(|| format!("no line for kernel {side} in:\n{stderr}"))?;
+        let after = line
+            .split_once(" from the cache: ")
+            .or_else(|| line.split_once(": ").and_then(|(_, rest)| rest.split_once(": ")))
+            .with_context(|| format!("no image in {line}"))?
+            .1;
+        Ok(after.split(" (log: ").next().unwrap_or(after).to_owned())
+    };
+    Ok([image("A")?, image("B")?])
 }
 
 /// The table's line for `metric`: its cells split on runs of spaces.
@@ -101,30 +160,27 @@ fn ab_source_builds_the_patch_and_shows_rd_wait_3_to_1() -> Result<Outcome> {
         "ab --source: {code:?}: {}\n{stderr}",
         ab::error_line(&stderr)
     );
-    let rd = table_row(&stdout, "pipe-rd-wait acquisitions per write+read pair")?;
-    let mutex = table_row(&stdout, "pipe-mutex acquisitions per write+read pair")?;
-    ensure!(
-        rd[0] == "3.00" && rd[1] == "exact" && rd[3] == "*" && rd[5] == "1.00",
-        "rd_wait.lock per pair, want 3.00 exact → 1.00 marked: {rd:?}\n{stdout}"
-    );
-    ensure!(
-        mutex[0] == "2.00" && mutex[1] == "exact" && !mutex.contains(&"*".to_owned()) && mutex[4] == "2.00",
-        "pipe mutex per pair, want 2.00 and 2.00 unmarked: {mutex:?}\n{stdout}"
-    );
+    let rd = rd_wait_3_to_1(&stdout)?;
     ensure!(
         stdout.contains("pipe-throughput throughput (lps): ") && stdout.contains("95% CI"),
         "no verdict on the workload's figure:\n{stdout}"
     );
-    let times: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains(" built in ") || l.contains("from the cache"))
-        .collect();
     println!(
         "  3 runs each, {:.0} s: {}",
         started.elapsed().as_secs_f64(),
-        times.join("; ")
+        build_lines(&stderr)
     );
     println!("  {}", rd.join(" "));
+
+    // The same two images as `--kernel` paths: a bzImage built from a
+    // tree, no modules and no Debian initramfs pieces, boots as it is.
+    let [image_a, image_b] = images(&stderr)?;
+    for image in [&image_a, &image_b] {
+        ensure!(Path::new(image).is_file(), "{image} is not a file:\n{stderr}");
+    }
+    let (stdout, _) = ab_ok(&["--kernel", &image_a, "--kernel", &image_b], "1")?;
+    rd_wait_3_to_1(&stdout)?;
+    println!("  the built images as --kernel paths: rd_wait.lock 3.00 → 1.00 again");
 
     let empty = scratch("empty.patch");
     fs::write(&empty, "")?;

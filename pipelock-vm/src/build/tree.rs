@@ -123,7 +123,20 @@ pub fn diff(dir: &Path, a: &str, b: &str) -> Result<Vec<u8>> {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
-        .args(["diff", "--no-color", "--no-ext-diff", a, b])
+        // Full blob ids: the abbreviated ones grow with the repository,
+        // and the patch is part of the cache key. Fixed prefixes and no
+        // renames: what `patch -p1` reads, whatever the user's git config.
+        .args([
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--full-index",
+            "--no-renames",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+            a,
+            b,
+        ])
         .output()
         .map_err(io("cannot run git (apt-get install git)"))?;
     if !out.status.success() {
@@ -303,6 +316,54 @@ mod tests {
         let with_git = identity(&dir).unwrap();
         fs::write(dir.join(".git/index"), "x").unwrap();
         assert_eq!(identity(&dir).unwrap(), with_git, ".git is not the tree");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_revs_patch_is_the_same_whatever_the_users_git_config() {
+        let dir = std::env::temp_dir().join(format!("pipelock-revs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("fs")).unwrap();
+        let git = |args: &[&str]| {
+            let ok = Command::new("git")
+                .arg("-C")
+                .arg(&dir)
+                .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
+                .args(args)
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        fs::write(dir.join("fs/pipe.c"), "one\n").unwrap();
+        git(&["add", "."]);
+        git(&["commit", "-q", "-m", "a"]);
+        git(&["tag", "a"]);
+        fs::rename(dir.join("fs/pipe.c"), dir.join("fs/pipe2.c")).unwrap();
+        fs::write(dir.join("fs/pipe2.c"), "one\n").unwrap();
+        git(&["add", "-A"]);
+        git(&["commit", "-q", "-m", "b"]);
+        git(&["tag", "b"]);
+        let plain = diff(&dir, "a", "b").unwrap();
+        for (key, value) in [
+            ("core.abbrev", "4"),
+            ("diff.noprefix", "true"),
+            ("diff.renames", "copies"),
+            ("diff.mnemonicPrefix", "true"),
+        ] {
+            git(&["config", key, value]);
+        }
+        let configured = diff(&dir, "a", "b").unwrap();
+        let text = String::from_utf8(configured.clone()).unwrap();
+        assert_eq!(plain, configured, "{text}");
+        assert!(
+            text.contains("--- a/fs/pipe.c") && text.contains("+++ b/fs/pipe2.c"),
+            "{text}"
+        );
+        let index = text.lines().find(|l| l.starts_with("index ")).unwrap();
+        assert!(index.len() > 80, "full blob ids: {index}");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

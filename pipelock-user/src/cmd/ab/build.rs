@@ -114,9 +114,10 @@ pub fn build_both(request: &Request) -> Result<[Kernel; 2], Error> {
     for (side, kernel) in ["A", "B"].iter().zip(&kernels) {
         match (kernel.built_in, &kernel.log) {
             (Some(t), Some(log)) => eprintln!(
-                "pipelock ab: {side} ({}) built in {} (log: {})",
+                "pipelock ab: {side} ({}) built in {}: {} (log: {})",
                 kernel.label,
                 took(t),
+                kernel.image.display(),
                 log.display()
             ),
             _ => eprintln!(
