@@ -8,6 +8,7 @@
 mod cpu_local;
 mod details;
 mod drops;
+pub mod loglinear;
 pub mod maps;
 pub mod programs;
 mod stats;
