@@ -1,4 +1,4 @@
-//! Result files (`--json`, `--csv`): checked writable before any work, then
+//! Result files (`--json`, `--csv`, `--folded`, `--flamegraph`): checked writable before any work, then
 //! replaced atomically, so a failed or killed command never leaves a
 //! half-written file.
 use std::{
@@ -19,12 +19,21 @@ pub struct Outputs {
 pub enum Format {
     Json,
     Csv,
+    /// Folded stacks (FlameGraph's input).
+    Folded,
+    /// A flame graph SVG.
+    FlameGraph,
 }
 
 impl Outputs {
     pub fn prepare(json: Option<&Path>, csv: Option<&Path>) -> Result<Self, Error> {
+        Self::prepare_all(&[(json, Format::Json), (csv, Format::Csv)])
+    }
+
+    /// Each file given (None: not asked for) in its format.
+    pub fn prepare_all(asked: &[(Option<&Path>, Format)]) -> Result<Self, Error> {
         let mut files = Vec::new();
-        for (path, format) in [(json, Format::Json), (csv, Format::Csv)] {
+        for &(path, format) in asked {
             let Some(path) = path else { continue };
             if path.is_dir() {
                 return Err(Error::Output {

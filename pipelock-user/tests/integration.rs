@@ -40,6 +40,8 @@ mod callers;
 mod contract;
 #[path = "integration/exact.rs"]
 mod exact;
+#[path = "integration/flame.rs"]
+mod flame;
 #[path = "integration/floor.rs"]
 mod floor;
 #[path = "integration/identity.rs"]

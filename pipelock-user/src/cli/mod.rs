@@ -236,6 +236,14 @@ pub struct TraceArgs {
     /// Write the report as JSON, histogram buckets included.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write wait time by kernel call stack as folded stacks (FlameGraph,
+    /// inferno, speedscope): frames from the outermost caller in, the lock
+    /// as the leaf, ns waited as the count (implies --callers).
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+    /// Draw the same as a flame graph SVG (implies --callers).
+    #[arg(long, value_name = "FILE")]
+    pub flamegraph: Option<PathBuf>,
     /// A command to run while tracing; tracing stops when it exits.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -246,7 +254,10 @@ impl TraceArgs {
     /// `--caller` need.
     pub fn filters(&self, runs_a_load: bool) -> Filters {
         let mut filters = self.tracing.filters(runs_a_load);
-        filters.callers |= self.by == ByKey::Caller || self.caller.is_some();
+        filters.callers |= self.by == ByKey::Caller
+            || self.caller.is_some()
+            || self.folded.is_some()
+            || self.flamegraph.is_some();
         filters.by_task = self.by == ByKey::Task;
         filters
     }

@@ -47,10 +47,15 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         (Some(path), Some(_)) => Some(IntervalCsv::create(path, args.by)?),
         _ => None,
     };
-    let outputs = Outputs::prepare(
-        args.json.as_deref(),
-        args.csv.as_deref().filter(|_| interval_csv.is_none()),
-    )?;
+    let outputs = Outputs::prepare_all(&[
+        (args.json.as_deref(), Format::Json),
+        (
+            args.csv.as_deref().filter(|_| interval_csv.is_none()),
+            Format::Csv,
+        ),
+        (args.folded.as_deref(), Format::Folded),
+        (args.flamegraph.as_deref(), Format::FlameGraph),
+    ])?;
     let bodies = if args.empty_programs {
         HookBodies::Empty
     } else {
@@ -127,6 +132,8 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     outputs.write_with(|format| match format {
         Format::Json => serde_json::to_vec_pretty(&report).map_err(io::Error::other),
         Format::Csv => render::to_csv(&report).map_err(io::Error::other),
+        Format::Folded => Ok(render::flame::folded(&report).into_bytes()),
+        Format::FlameGraph => render::flame::flamegraph(&report),
     })?;
     if interrupt::interrupted() {
         // The report is out; the conventional status for SIGINT.

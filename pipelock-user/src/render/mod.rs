@@ -1,7 +1,9 @@
-//! Views of the model as text tables, CSV and terminal histograms (JSON is
-//! the model's own serde form). Pure functions of model values.
+//! Views of the model as text tables, CSV, terminal histograms and flame
+//! graphs (JSON is the model's own serde form). Pure functions of model
+//! values.
 pub mod callers;
 pub mod csv;
+pub mod flame;
 pub mod histogram;
 pub mod metrics;
 pub mod owners;

@@ -1,0 +1,92 @@
+//! `trace --folded` and `--flamegraph`: wait time by call stack. The
+//! folded lines of each lock add up to that lock's wait total in the same
+//! run's JSON report, to the nanosecond; the SVG is drawn from them.
+use std::collections::BTreeMap;
+
+use super::*;
+
+/// A lock's leaf as the folded output writes it: `class:name`, with `;`
+/// and whitespace (the format's separators) made `_`.
+fn leaf(lock: &serde_json::Value) -> String {
+    format!(
+        "{}:{}",
+        lock["class"].as_str().unwrap_or("unknown"),
+        lock["name"].as_str().unwrap_or_default()
+    )
+    .chars()
+    .map(|c| if c == ';' || c.is_whitespace() { '_' } else { c })
+    .collect()
+}
+
+fn folded_and_flamegraph_add_up_to_the_reports_waits() -> Result<Outcome> {
+    let folded = scratch("waits.folded");
+    let svg = scratch("waits.svg");
+    let report = match trace_json(
+        &[
+            "--mode",
+            "tracepoint",
+            "--folded",
+            folded.to_str().context("path")?,
+            "--flamegraph",
+            svg.to_str().context("path")?,
+        ],
+        &["run", "pipe-herd", "--limit", "100000", "-q"],
+    )? {
+        Ok(report) => report,
+        Err(skip) => return Ok(skip),
+    };
+    let text = fs::read_to_string(&folded)?;
+    let drawn = fs::read_to_string(&svg)?;
+    let _ = fs::remove_file(&folded);
+    let _ = fs::remove_file(&svg);
+    let mut by_leaf: BTreeMap<String, u64> = BTreeMap::new();
+    let mut from_pipe_calls = 0;
+    for line in text.lines() {
+        let (stack, count) = line
+            .rsplit_once(' ')
+            .with_context(|| format!("no count: {line}"))?;
+        let ns: u64 = count.parse().with_context(|| format!("count of {line}"))?;
+        let frames: Vec<&str> = stack.split(';').collect();
+        *by_leaf.entry(frames[frames.len() - 1].to_owned()).or_default() += ns;
+        if frames
+            .iter()
+            .any(|f| f.contains("pipe_read") || f.contains("pipe_write"))
+        {
+            from_pipe_calls += ns;
+        }
+    }
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for lock in report["locks"].as_array().context("no locks")? {
+        if let Some(ns) = lock["wait"]["total_ns"].as_u64() {
+            *want.entry(leaf(lock)).or_default() += ns;
+        }
+    }
+    ensure!(!want.is_empty(), "the herd's trace recorded no waits");
+    ensure!(
+        by_leaf == want,
+        "folded totals by lock differ from the report's:\n{by_leaf:?}\n{want:?}"
+    );
+    let total: u64 = want.values().sum();
+    ensure!(
+        from_pipe_calls * 2 >= total,
+        "{from_pipe_calls} of {total} ns waited under pipe_read/pipe_write frames:\n{text}"
+    );
+    ensure!(
+        drawn.starts_with("<?xml") && drawn.trim_end().ends_with("</svg>"),
+        "not an SVG"
+    );
+    let mutex = want
+        .keys()
+        .find(|k| k.starts_with("pipe-mutex:"))
+        .context("no pipe-mutex lock")?;
+    ensure!(drawn.contains(mutex.as_str()), "{mutex} not drawn in the SVG");
+    println!(
+        "  {} stacks, {} locks, {total} ns in both; {} ns under pipe read/write; SVG {} KiB",
+        text.lines().count(),
+        want.len(),
+        from_pipe_calls,
+        drawn.len() / 1024
+    );
+    Ok(Outcome::Passed)
+}
+register!(Host folded_and_flamegraph_add_up_to_the_reports_waits);
