@@ -125,11 +125,29 @@ pub(crate) fn watch(cfg: &TraceConfig, task: u64, now: u64) -> Option<[u64; STAT
     }
 }
 
+/// A split of a wait or hold by what the watched task did: ns per state.
+/// All zeros is "no split" (nothing is added for it). An array, never an
+/// `Option` of one: LLVM reads a `None`'s payload as an undefined spill
+/// slot, and verifiers before the uninitialised-stack fix (Debian's
+/// 6.1.172) refuse a read beyond the stack written so far.
+pub(crate) type Split = [u64; STATES];
+
+/// No split: the owner was not watched.
+pub(crate) const NO_SPLIT: Split = [0; STATES];
+
 /// A waiter stops watching `task`: the owner's time in each state since
-/// the waiter's `start` (None: the entry went, no split).
+/// the waiter's `start` ([`NO_SPLIT`]: the entry went).
 #[inline(always)]
-pub(crate) fn unwatch(task: u64, start: &[u64; STATES], now: u64) -> Option<[u64; STATES]> {
-    let clock = WATCHED.get_ptr_mut(&task)?;
+pub(crate) fn unwatch(task: u64, start: &[u64; STATES], now: u64) -> Split {
+    unwatched(task, start, now).1
+}
+
+/// [`unwatch`], and whether the entry was still there.
+#[inline(always)]
+fn unwatched(task: u64, start: &[u64; STATES], now: u64) -> (bool, Split) {
+    let Some(clock) = WATCHED.get_ptr_mut(&task) else {
+        return (false, NO_SPLIT);
+    };
     add_watcher(u64::MAX);
     // SAFETY: a live map value (see `watch`).
     let (times, last) = unsafe {
@@ -140,11 +158,11 @@ pub(crate) fn unwatch(task: u64, start: &[u64; STATES], now: u64) -> Option<[u64
     if last {
         let _ = WATCHED.remove(&task);
     }
-    let mut since = [0; STATES];
+    let mut since = NO_SPLIT;
     for state in 0..STATES {
         since[state] = times[state].saturating_sub(start[state]);
     }
-    Some(since)
+    (true, since)
 }
 
 /// The split of a contended mutex wait of `ns` as it ends at `now`: the
@@ -158,18 +176,21 @@ pub(crate) fn owner_split(
     spun_behind_owner: bool,
     ns: u64,
     now: u64,
-) -> Option<[u64; STATES]> {
+) -> Split {
     match watched {
-        Some((task, start)) => unwatch(task, start, now).map(|since_sleep| with_spin(since_sleep, ns)),
-        None if spun_behind_owner => Some(with_spin([0; STATES], ns)),
-        None => None,
+        Some((task, start)) => match unwatched(task, start, now) {
+            (true, since_sleep) => with_spin(since_sleep, ns),
+            (false, _) => NO_SPLIT,
+        },
+        None if spun_behind_owner => with_spin(NO_SPLIT, ns),
+        None => NO_SPLIT,
     }
 }
 
 /// One wait (or hold) of `ns` in part `kind`/`id` of `lock`, with what the
 /// watched task did meanwhile.
 #[inline(always)]
-pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Option<[u64; STATES]>) {
+pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Split) {
     // A hold is an acquisition and its hold time; anything else a contended wait.
     let part = if kind == detail::HOLD {
         record_part(lock, kind, id, true, false, 0, ns)
@@ -186,7 +207,7 @@ pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Op
 /// without a lock), in this CPU's local table where it has room: only from the
 /// programs `crate::cpu_local` names.
 #[inline(always)]
-pub(crate) fn record_owner_here(lock: LockKey, tid: u32, ns: u64, split: Option<[u64; STATES]>) {
+pub(crate) fn record_owner_here(lock: LockKey, tid: u32, ns: u64, split: Split) {
     if let Some((part, how)) = record_contended_wait(lock, detail::OWNER, tid, ns) {
         add_split(part, ns, split, how);
     }
@@ -194,17 +215,15 @@ pub(crate) fn record_owner_here(lock: LockKey, tid: u32, ns: u64, split: Option<
 
 /// Adds the watched task's states over `ns` to `part`.
 #[inline(always)]
-fn add_split(part: &mut DetailStats, ns: u64, split: Option<[u64; STATES]>, how: Update) {
-    if let Some(split) = split {
-        let mut left = ns;
-        for state in 0..STATES {
-            let share = if split[state] < left { split[state] } else { left };
-            left -= share;
-            // A spin-only wait has one share: an atomic add of 0 still
-            // takes the shared cache line.
-            if share != 0 {
-                add(&mut part.holder_ns[state], share, how);
-            }
+fn add_split(part: &mut DetailStats, ns: u64, split: Split, how: Update) {
+    let mut left = ns;
+    for state in 0..STATES {
+        let share = if split[state] < left { split[state] } else { left };
+        left -= share;
+        // A spin-only wait has one share, no split none: an atomic add of
+        // 0 still takes the shared cache line.
+        if share != 0 {
+            add(&mut part.holder_ns[state], share, how);
         }
     }
 }

@@ -18,7 +18,8 @@ use crate::{
     details::{record_part, stack_id},
     maps::{LOCK_INFO, config},
     probes::holder::{
-        mutex_owner, name_task, owner_split, owners_wanted, record_owner_here, record_split, unwatch, watch,
+        NO_SPLIT, mutex_owner, name_task, owner_split, owners_wanted, record_owner_here, record_split,
+        unwatch, watch,
     },
 };
 
@@ -323,7 +324,7 @@ pub(super) fn released(lock: u64) {
     if contended && index % COUNT != pipe_lock::MUTEX && owners_wanted(cfg) {
         // The shared rows: the local table's set hash would do arithmetic on the
         // lock, which the verifier refuses for a hook's typed pointer.
-        record_split(key, detail::OWNER, previous as u32, wait, None);
+        record_split(key, detail::OWNER, previous as u32, wait, NO_SPLIT);
     }
     let pipe = index / COUNT;
     if index % COUNT == pipe_lock::MUTEX && pipe < PIPES && state.hold_watched & (1 << pipe) != 0 {
