@@ -9,12 +9,17 @@
 //! left half-made in the cache.
 use std::{
     process::Stdio,
+    sync::OnceLock,
     time::{Duration, Instant},
 };
 
 use super::*;
 
 pub(super) const PATCH: &str = "test-data/patches/pipe-mutex-instead-of-rd-wait-lock-6.1.patch";
+
+/// Kernel A's image as `--source` built it, for the `--rev` test to find
+/// again when it runs in the same process.
+pub(super) static PLAIN_TREE_A: OnceLock<String> = OnceLock::new();
 
 pub(super) fn inputs() -> Option<(String, PathBuf)> {
     let source = std::env::var("PIPELOCK_AB_SOURCE").ok()?;
@@ -116,7 +121,7 @@ pub(super) fn rd_wait_3_to_1(stdout: &str) -> Result<Vec<String>> {
 
 /// The images of A and B, from `ab`'s "built in …: IMAGE (log: …)" or
 /// "from the cache: IMAGE" lines.
-fn images(stderr: &str) -> Result<[String; 2]> {
+pub(super) fn images(stderr: &str) -> Result<[String; 2]> {
     let image = |side: &str| -> Result<String> {
         let line = stderr
             .lines()
@@ -178,6 +183,7 @@ fn ab_source_builds_the_patch_and_shows_rd_wait_3_to_1() -> Result<Outcome> {
     for image in [&image_a, &image_b] {
         ensure!(Path::new(image).is_file(), "{image} is not a file:\n{stderr}");
     }
+    let _ = PLAIN_TREE_A.set(image_a.clone());
     let (stdout, _) = ab_ok(&["--kernel", &image_a, "--kernel", &image_b], "1")?;
     rd_wait_3_to_1(&stdout)?;
     println!("  the built images as --kernel paths: rd_wait.lock 3.00 → 1.00 again");

@@ -4,7 +4,10 @@
 use std::time::Instant;
 
 use super::{
-    ab_source::{PATCH, ab_ok, ab_with, build_lines, cached, inputs, rd_wait_3_to_1, repo_file, skipped},
+    ab_source::{
+        PATCH, PLAIN_TREE_A, ab_ok, ab_with, build_lines, cached, images, inputs, rd_wait_3_to_1, repo_file,
+        skipped,
+    },
     *,
 };
 
@@ -66,11 +69,12 @@ fn git_tree(source: &str, cache: &Path) -> Result<PathBuf> {
 }
 
 /// `--rev base --rev patched` on a git tree holding the same change as two
-/// commits: kernel A is built from commit `base` (its own cold build:
-/// the cache knows commits, not that this one equals the tree), B from
+/// commits: `base` is checked out and clean, so kernel A is the work
+/// tree's, the very kernel `--source` built of the same files; B is
 /// `git diff base patched` on A's objects; rd_wait.lock 3 → 1 again, and
 /// the repository's HEAD and status as they were; the same revs again
-/// build nothing.
+/// build nothing. (Unpacking a commit that is not checked out is the
+/// unit test of `tree::export`.)
 fn ab_source_revs_of_a_git_tree_show_rd_wait_3_to_1() -> Result<Outcome> {
     let Some((source, cache)) = inputs() else {
         return Ok(skipped());
@@ -111,6 +115,19 @@ fn ab_source_revs_of_a_git_tree_show_rd_wait_3_to_1() -> Result<Outcome> {
         build_lines(&stderr)
     );
     println!("  {}", rd.join(" "));
+    let [image_a, _] = images(&stderr)?;
+    match PLAIN_TREE_A.get() {
+        Some(plain) => {
+            ensure!(
+                *plain == image_a,
+                "commit base, checked out, is not the --source tree's kernel: {image_a}, not {plain}"
+            );
+            println!("  A is the kernel --source built of the same files: {image_a}");
+        }
+        None => {
+            println!("  not checked: A is the --source tree's kernel (its test did not run in this process)")
+        }
+    }
 
     // The same revs again: both kernels from the cache, nothing built.
     let (stdout, stderr) = ab_ok(&revs, "1")?;

@@ -132,12 +132,17 @@ pub fn build(
         Change::Revs { a, b } => {
             let (ca, cb) = (tree::commit(source, a)?, tree::commit(source, b)?);
             let patch = tree::diff(source, &ca, &cb)?;
+            let (base_id, base_rev) = if tree::is_checked_out(source, &ca) {
+                (tree::identity(source)?, None)
+            } else {
+                (ca.clone(), Some(ca))
+            };
             (
-                ca.clone(),
+                base_id,
                 patch,
                 format!("{source_name} {a}"),
                 format!("{source_name} {b}"),
-                Some(ca),
+                base_rev,
             )
         }
     };

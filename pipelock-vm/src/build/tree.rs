@@ -118,6 +118,26 @@ pub fn commit(dir: &Path, rev: &str) -> Result<String> {
     Ok(id)
 }
 
+/// Whether commit `id` is what the work tree of `dir` holds: HEAD is `id`
+/// and no file differs from it or is new. Such a tree can be built as it
+/// is, under the tree's own identity, so a commit and the same files
+/// given as `--source DIR` share their kernels in the cache.
+pub fn is_checked_out(dir: &Path, id: &str) -> bool {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    git(&["rev-parse", "--verify", "--quiet", "HEAD"]).is_some_and(|head| head == id)
+        && git(&["status", "--porcelain", "--untracked-files=all"]).is_some_and(|s| s.is_empty())
+}
+
 /// The changes from commit `a` to commit `b`, as a patch.
 pub fn diff(dir: &Path, a: &str, b: &str) -> Result<Vec<u8>> {
     let out = Command::new("git")
@@ -364,6 +384,49 @@ mod tests {
         );
         let index = text.lines().find(|l| l.starts_with("index ")).unwrap();
         assert!(index.len() > 80, "full blob ids: {index}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_commit_is_checked_out_only_in_a_clean_tree_at_it() {
+        let dir = std::env::temp_dir().join(format!("pipelock-checkout-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("fs")).unwrap();
+        let git = |args: &[&str]| {
+            let out = Command::new("git")
+                .arg("-C")
+                .arg(&dir)
+                .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        fs::write(dir.join("fs/pipe.c"), "one\n").unwrap();
+        git(&["add", "."]);
+        git(&["commit", "-q", "-m", "a"]);
+        git(&["tag", "a"]);
+        fs::write(dir.join("fs/pipe.c"), "two\n").unwrap();
+        git(&["commit", "-q", "-am", "b"]);
+        let (a, b) = (commit(&dir, "a").unwrap(), commit(&dir, "HEAD").unwrap());
+        assert!(is_checked_out(&dir, &b));
+        assert!(!is_checked_out(&dir, &a), "HEAD is b");
+        fs::write(dir.join("fs/pipe.c"), "three\n").unwrap();
+        assert!(!is_checked_out(&dir, &b), "a changed file");
+        git(&["checkout", "-q", "fs/pipe.c"]);
+        fs::write(dir.join("fs/new.c"), "").unwrap();
+        assert!(!is_checked_out(&dir, &b), "a new file");
+        fs::remove_file(dir.join("fs/new.c")).unwrap();
+        assert!(is_checked_out(&dir, &b));
+
+        // A commit that is not checked out is unpacked as it was.
+        let dest = dir.with_extension("export");
+        let _ = fs::remove_dir_all(&dest);
+        export(&dir, &a, &dest).unwrap();
+        assert_eq!(fs::read_to_string(dest.join("fs/pipe.c")).unwrap(), "one\n");
+        assert!(!dest.join(".git").exists());
+        fs::remove_dir_all(&dest).unwrap();
         fs::remove_dir_all(&dir).unwrap();
     }
 }
