@@ -34,6 +34,8 @@ mod ab;
 mod ab_source;
 #[path = "integration/ab_source_git.rs"]
 mod ab_source_git;
+#[path = "integration/browser.rs"]
+mod browser;
 #[path = "integration/callers.rs"]
 mod callers;
 #[path = "integration/contract.rs"]

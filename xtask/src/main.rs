@@ -283,13 +283,14 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
         tools,
         &["test", "--release", "--lib", "--bins"],
     )?)?;
-    // perf is the independent tool the trace counts are checked against.
     // perf: the independent cross-check; tmux: the real terminal of the top view's test.
     // prometheus: the real scraper the exporter is tested against.
+    // chromium: the browser the pictures are opened and screenshotted in.
     bootstrap::ensure_debian_packages(&[
         ("linux-perf", &|| bootstrap::which("perf").is_some()),
         ("tmux", &|| bootstrap::which("tmux").is_some()),
         ("prometheus", &|| bootstrap::which("promtool").is_some()),
+        ("chromium", &|| bootstrap::which("chromium").is_some()),
     ])?;
     // The eBPF object check, the CLI contract and the privileged host tests;
     // prints `integration: N passed, N failed, N skipped`.

@@ -11,17 +11,28 @@ use crate::model::{LockRow, TraceReport, class::class_label};
 /// recorded for it): drawn, so the picture's total is the report's.
 pub const NO_STACK: &str = "(no call stack)";
 
-/// A frame as folded stacks allow it: `;` separates frames and the count
+/// A name as folded stacks allow it: `;` separates frames and the count
 /// follows the last space, so neither may be inside one.
-fn frame(text: &str) -> String {
+fn folded_name(text: &str) -> String {
     text.chars()
         .map(|c| if c == ';' || c.is_whitespace() { '_' } else { c })
         .collect()
 }
 
+/// A call stack's frame as a function: `anon_pipe_read+0x197` and
+/// `anon_pipe_read+0x309` are one box, as `perf script`'s folded stacks
+/// have them. An address with no symbol stays as it is.
+fn frame(text: &str) -> String {
+    let function = match text.rsplit_once("+0x") {
+        Some((name, offset)) if !name.is_empty() && offset.chars().all(|c| c.is_ascii_hexdigit()) => name,
+        _ => text,
+    };
+    folded_name(function)
+}
+
 /// The leaf of a lock's flames: its class and name, `pipe-mutex:pipe:[1234]`.
 pub fn leaf(lock: &LockRow) -> String {
-    frame(&format!("{}:{}", class_label(lock.class), lock.name))
+    folded_name(&format!("{}:{}", class_label(lock.class), lock.name))
 }
 
 /// The report's waits as folded stacks, one `frames count` line each,
@@ -128,8 +139,8 @@ mod tests {
         )]);
         assert_eq!(
             folded(&r),
-            "vfs_read+0x1;anon_pipe_read+0x40;pipe-mutex:pipe:[7] 400\n\
-             vfs_write+0x2a4;anon_pipe_write+0x50;pipe-mutex:pipe:[7] 600\n"
+            "vfs_read;anon_pipe_read;pipe-mutex:pipe:[7] 400\n\
+             vfs_write;anon_pipe_write;pipe-mutex:pipe:[7] 600\n"
         );
     }
 
@@ -158,8 +169,11 @@ mod tests {
     }
 
     #[test]
-    fn frames_lose_separators() {
+    fn frames_are_functions_without_separators() {
         assert_eq!(frame("a b;c\td"), "a_b_c_d");
+        assert_eq!(frame("anon_pipe_read+0x197"), "anon_pipe_read");
+        assert_eq!(frame("0xffffffff81234567"), "0xffffffff81234567");
+        assert_eq!(frame("odd+0xname"), "odd+0xname");
     }
 
     #[test]
@@ -167,7 +181,7 @@ mod tests {
         let r = report(vec![lock("pipe:[7]", 1000, &[(&["anon_pipe_write+0x50"], 1000)])]);
         let svg = String::from_utf8(flamegraph(&r).unwrap()).unwrap();
         assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
-        for text in ["anon_pipe_write+0x50", "pipe-mutex:pipe:[7]", "ns waited"] {
+        for text in ["anon_pipe_write", "pipe-mutex:pipe:[7]", "ns waited"] {
             assert!(svg.contains(text), "{text} not in the SVG");
         }
         let err = flamegraph(&report(Vec::new())).unwrap_err();

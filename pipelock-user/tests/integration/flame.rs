@@ -1,6 +1,7 @@
 //! `trace --folded` and `--flamegraph`: wait time by call stack. The
 //! folded lines of each lock add up to that lock's wait total in the same
-//! run's JSON report, to the nanosecond; the SVG is drawn from them.
+//! run's JSON report, to the nanosecond; the SVG is drawn from them and
+//! shows in a real browser.
 use std::collections::BTreeMap;
 
 use super::*;
@@ -38,7 +39,6 @@ fn folded_and_flamegraph_add_up_to_the_reports_waits() -> Result<Outcome> {
     let text = fs::read_to_string(&folded)?;
     let drawn = fs::read_to_string(&svg)?;
     let _ = fs::remove_file(&folded);
-    let _ = fs::remove_file(&svg);
     let mut by_leaf: BTreeMap<String, u64> = BTreeMap::new();
     let mut from_pipe_calls = 0;
     for line in text.lines() {
@@ -80,6 +80,34 @@ fn folded_and_flamegraph_add_up_to_the_reports_waits() -> Result<Outcome> {
         .find(|k| k.starts_with("pipe-mutex:"))
         .context("no pipe-mutex lock")?;
     ensure!(drawn.contains(mutex.as_str()), "{mutex} not drawn in the SVG");
+    let shot = browser::screenshot(&svg, &browser::pictures().join("flamegraph.png"), 1200, 400);
+    let _ = fs::remove_file(&svg);
+    match shot? {
+        Some(shot) => {
+            ensure!(
+                shot.console.is_empty(),
+                "the flame graph's script failed in the browser:\n{}",
+                shot.console.join("\n")
+            );
+            // Its boxes are warm colours; an empty or broken picture has none.
+            ensure!(
+                shot.warm_share >= 0.10,
+                "{:.1} % of the screenshot in flame colours: {}",
+                100.0 * shot.warm_share,
+                shot.png.display()
+            );
+            println!(
+                "  in Chromium: no console errors, {:.0} % of the screenshot in flame colours ({})",
+                100.0 * shot.warm_share,
+                shot.png.display()
+            );
+        }
+        None => {
+            return Ok(Outcome::Skipped(format!(
+                "the folded totals agree ({total} ns), but no chromium opened the SVG (cargo xtask test installs it)"
+            )));
+        }
+    }
     println!(
         "  {} stacks, {} locks, {total} ns in both; {} ns under pipe read/write; SVG {} KiB",
         text.lines().count(),
