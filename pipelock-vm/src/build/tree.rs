@@ -339,23 +339,29 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
-    #[test]
-    fn a_revs_patch_is_the_same_whatever_the_users_git_config() {
-        let dir = std::env::temp_dir().join(format!("pipelock-revs-{}", std::process::id()));
+    /// An empty scratch repository named `name` with an `fs/` directory,
+    /// and a `git` that must succeed in it.
+    fn scratch_repo(name: &str) -> (PathBuf, impl Fn(&[&str])) {
+        let dir = std::env::temp_dir().join(format!("pipelock-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("fs")).unwrap();
-        let git = |args: &[&str]| {
-            let ok = Command::new("git")
+        let at = dir.clone();
+        let git = move |args: &[&str]| {
+            let out = Command::new("git")
                 .arg("-C")
-                .arg(&dir)
+                .arg(&at)
                 .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
                 .args(args)
                 .output()
-                .unwrap()
-                .status
-                .success();
-            assert!(ok, "git {args:?}");
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}");
         };
+        (dir, git)
+    }
+
+    #[test]
+    fn a_revs_patch_is_the_same_whatever_the_users_git_config() {
+        let (dir, git) = scratch_repo("revs");
         git(&["init", "-q"]);
         fs::write(dir.join("fs/pipe.c"), "one\n").unwrap();
         git(&["add", "."]);
@@ -389,19 +395,7 @@ mod tests {
 
     #[test]
     fn a_commit_is_checked_out_only_in_a_clean_tree_at_it() {
-        let dir = std::env::temp_dir().join(format!("pipelock-checkout-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(dir.join("fs")).unwrap();
-        let git = |args: &[&str]| {
-            let out = Command::new("git")
-                .arg("-C")
-                .arg(&dir)
-                .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}");
-        };
+        let (dir, git) = scratch_repo("checkout");
         git(&["init", "-q"]);
         fs::write(dir.join("fs/pipe.c"), "one\n").unwrap();
         git(&["add", "."]);
