@@ -182,6 +182,8 @@ pub struct App {
     /// Index into [`App::visible`].
     pub selected: usize,
     pub detail: bool,
+    /// The help with every key is shown (`?`).
+    pub help: bool,
     pub paused: bool,
     pub samples: u64,
 }
@@ -352,6 +354,8 @@ impl App {
         let last = self.shown().saturating_sub(1);
         match key.code {
             KeyCode::Char('q') => return Action::Quit,
+            KeyCode::Char('?') => self.help = !self.help,
+            KeyCode::Esc if self.help => self.help = false,
             KeyCode::Esc if self.detail => self.detail = false,
             KeyCode::Esc => return Action::Quit,
             KeyCode::Down | KeyCode::Char('j') => self.selected = (self.selected + 1).min(last),
