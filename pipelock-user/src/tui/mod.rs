@@ -6,5 +6,6 @@ pub mod app;
 pub mod fixtures;
 pub mod groups;
 mod groups_view;
+mod keys;
 pub mod terminal;
 pub mod view;

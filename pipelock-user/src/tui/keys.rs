@@ -1,0 +1,121 @@
+//! `pipelock top`'s keys as the screen shows them: the key line at the
+//! bottom (the common keys, within 100 columns) and the `?` help with
+//! every key the app takes.
+use ratatui::{
+    Frame,
+    layout::Rect,
+    style::{Modifier, Style},
+    text::Line,
+    widgets::{Block, Borders, Clear, Paragraph},
+};
+
+use super::{
+    app::{App, Input},
+    groups::rows_noun,
+};
+
+/// Every key `top` takes, as `?` lists them.
+pub const KEYS: &[(&str, &str)] = &[
+    ("q, Esc", "quit (Esc first closes the help or the details)"),
+    ("j/k, ↓/↑", "move the selection"),
+    ("g/G, Home/End", "first / last row"),
+    (
+        "Enter",
+        "details of the selected row: histograms, owners, call stacks",
+    ),
+    ("s", "next sort column"),
+    ("c", "sort by contended acquisitions per second"),
+    ("a", "sort by acquisitions per second"),
+    ("w", "sort by longest wait"),
+    ("h", "sort by longest hold"),
+    ("t", "sort by total wait"),
+    (
+        "/, f",
+        "filter rows by class, lock or process (Enter keeps, Esc clears)",
+    ),
+    (
+        "b",
+        "rows by lock, call stack (with --callers) or thread (with --by task)",
+    ),
+    ("p, Space", "pause the view (the trace goes on)"),
+    ("r", "reset: forget the figures so far"),
+    ("?", "this help"),
+];
+
+pub(super) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
+    let mut lines: Vec<Line> = KEYS
+        .iter()
+        .map(|(keys, what)| Line::from(format!(" {keys:<14} {what}")))
+        .collect();
+    if !(app.groupings.callers || app.groupings.tasks) {
+        lines.push(Line::from(
+            " (b has one view in this trace: start with --callers or --by task for the others)",
+        ));
+    }
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" keys · ? or Esc closes ");
+    frame.render_widget(Clear, area);
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+pub(super) fn footer_line(app: &App) -> Line<'static> {
+    if app.input == Input::Filter {
+        return Line::from(format!(
+            "filter (class, lock, process): {}▏  Enter keep · Esc clear",
+            app.filter
+        ));
+    }
+    // Short enough for 100 columns; `?` lists the rest.
+    let switch = if app.groupings.callers || app.groupings.tasks {
+        format!(" · b rows [{}]", rows_noun(app.by))
+    } else {
+        String::new()
+    };
+    Line::from(format!(
+        "q quit · Enter details · s sort [{}] · / filter{switch} · p pause · ? keys",
+        app.sort.label()
+    ))
+    .style(Style::default().add_modifier(Modifier::DIM))
+}
+
+#[cfg(test)]
+mod tests {
+    use crossterm::event::KeyCode;
+
+    use super::*;
+    use crate::{
+        model::ByKey,
+        tui::fixtures::{app_with, key, screen},
+    };
+
+    #[test]
+    fn the_key_line_fits_100_columns_and_help_lists_every_key() {
+        let mut app = app_with(5);
+        app.groupings.callers = true;
+        // The longest it gets: the longest sort label, rows by call stack.
+        app.sort = crate::tui::app::SortColumn::ContentionsPerS;
+        app.by = ByKey::Caller;
+        let line = footer_line(&app).to_string();
+        assert!(
+            line.chars().count() <= 100,
+            "{} columns: {line}",
+            line.chars().count()
+        );
+        assert!(
+            line.contains("b rows [call stacks]") && line.contains("? keys"),
+            "{line}"
+        );
+        app.by = ByKey::Lock;
+        app.on_key(key(KeyCode::Char('?')));
+        let text = screen(&app, 100, 30);
+        // Every key the app acts on, and nothing cut at the edge.
+        for (keys, what) in KEYS {
+            let shown = format!(" {keys:<14} {what}");
+            assert!(text.contains(shown.trim_end()), "{keys} not in the help:\n{text}");
+        }
+        app.on_key(key(KeyCode::Esc));
+        assert!(!app.help);
+        assert!(!screen(&app, 100, 30).contains("this help"));
+    }
+}
