@@ -124,3 +124,83 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
         .trim_end()
         .to_owned()
 }
+
+/// A few words for why `err` stopped an attach mode, for a header line:
+/// the errno of the syscall that refused (`EPERM`), or what the kernel
+/// lacks. `one_line` keeps the whole story for `pipelock probe` and JSON.
+pub fn short_reason(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(err) = cause {
+        if let Some(code) = err.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error) {
+            return errno_name(code).map_or_else(|| format!("errno {code}"), str::to_owned);
+        }
+        if let Some(Error::Unsupported { reason }) = err.downcast_ref::<Error>() {
+            if reason.contains("CONFIG_KPROBES") {
+                return "no kprobes in this kernel".to_owned();
+            }
+            return shorten(reason, 40);
+        }
+        cause = err.source();
+    }
+    shorten(&one_line(err), 40)
+}
+
+/// The errno names a program load or attach returns.
+fn errno_name(code: i32) -> Option<&'static str> {
+    Some(match code {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::E2BIG => "E2BIG",
+        libc::EACCES => "EACCES",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::EINVAL => "EINVAL",
+        libc::ENOSPC => "ENOSPC",
+        libc::ENOSYS => "ENOSYS",
+        libc::ENOTSUP => "EOPNOTSUPP",
+        libc::ESRCH => "ESRCH",
+        libc::EFAULT => "EFAULT",
+        libc::ENOMEM => "ENOMEM",
+        // The kernel's internal ENOTSUPP, which leaks out of BPF syscalls.
+        524 => "ENOTSUPP",
+        _ => return None,
+    })
+}
+
+/// `text` cut at a word boundary to at most `max` characters, `…` marking the cut.
+pub fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let limit: String = text.chars().take(max.saturating_sub(1)).collect();
+    let cut = limit.rfind(' ').filter(|&i| i > max / 2).unwrap_or(limit.len());
+    format!("{}…", limit[..cut].trim_end_matches([' ', ',', ';', ':']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_named_by_its_errno_or_what_the_kernel_lacks() {
+        let load = Error::Io {
+            what: "BPF_PROG_LOAD",
+            source: io::Error::from_raw_os_error(libc::EPERM),
+        };
+        assert_eq!(short_reason(&load), "EPERM");
+        let kprobes = Error::Unsupported {
+            reason: "no kprobe PMU (kernel built without CONFIG_KPROBES)".to_owned(),
+        };
+        assert_eq!(short_reason(&kprobes), "no kprobes in this kernel");
+        let unknown = Error::Io {
+            what: "x",
+            source: io::Error::from_raw_os_error(4095),
+        };
+        assert_eq!(short_reason(&unknown), "errno 4095");
+        let long = Error::Unsupported {
+            reason: "none of mutex_lock, mutex_unlock, pipe_read, pipe_write can be hooked here".to_owned(),
+        };
+        let short = short_reason(&long);
+        assert!(short.chars().count() <= 40 && short.ends_with('…'), "{short}");
+    }
+}

@@ -52,6 +52,8 @@ mod identity;
 mod lockref;
 #[path = "integration/memory.rs"]
 mod memory;
+#[path = "integration/owners.rs"]
+mod owners;
 #[path = "integration/perf.rs"]
 mod perf;
 #[path = "integration/probe.rs"]

@@ -222,6 +222,9 @@ pub struct TraceArgs {
     /// Also print each shown lock's wait and hold log2 histograms.
     #[arg(long)]
     pub hist: bool,
+    /// Also list each of pipelock's kernel maps: entries used, capacity, memory.
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Report pipelock's own BPF run time (kernel run-time statistics; they
     /// add two clock reads to every program run while on).
     #[arg(long)]

@@ -68,7 +68,7 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     print!("{}", report.render(&workload.describe_summary(&report)));
     if let Some(trace) = traced {
         println!();
-        print!("{}", render::render(&trace, TRACE_TOP_ROWS));
+        print!("{}", render::render(&trace, TRACE_TOP_ROWS, false));
     }
     if report.interrupted {
         Err(Error::Interrupted)

@@ -71,6 +71,10 @@ pub fn run(options: Options) -> Result<(), Error> {
         tracer.notes().to_vec(),
         options.interval.as_secs_f64(),
     )
+    .with_attach(
+        tracer.attached().mode.is_hooked(),
+        tracer.attached().refused.clone(),
+    )
     .with_grouping(
         options.by,
         Groupings {

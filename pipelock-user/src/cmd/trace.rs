@@ -70,10 +70,10 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     let child = program
         .map(|program| spawn_command(&program, &args.command))
         .transpose()?;
-    eprintln!("pipelock: tracing with {} (Ctrl-C to stop)", tracer.mode());
+    eprintln!("pipelock: tracing in {} mode (Ctrl-C to stop)", tracer.mode());
     let show = |report: &mut TraceReport| {
         sort_rows(&mut report.locks, args.sort);
-        print!("{}", render::render(report, args.top));
+        print!("{}", render::render(report, args.top, args.verbose));
         if args.hist {
             print!("{}", render::render_histograms(report, args.top));
         }

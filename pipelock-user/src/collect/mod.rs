@@ -31,10 +31,18 @@ use crate::{
         plan::coverage_notes,
         progstats::{self, StatsGuard},
     },
-    error::one_line,
+    error::{one_line, short_reason},
     kernel::{KernelInspector, KernelSymbols, privilege},
-    model::{LockClass, ReportView, TraceReport},
+    model::{LockClass, Refusal, ReportView, TraceReport},
 };
+
+fn refusal(mode: AttachMode, err: &Error) -> Refusal {
+    Refusal {
+        mode: mode.to_string(),
+        reason: short_reason(err),
+        detail: one_line(err),
+    }
+}
 
 /// The mode a tracer ended up with, and why a better one was not used.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,8 +50,8 @@ pub struct Attached {
     pub mode: AttachMode,
     /// tp_btf or the classic tracepoint, in tracepoint mode.
     pub tracepoint: Option<TracepointKind>,
-    /// Why `auto` fell back from the better modes.
-    pub fallback: Option<String>,
+    /// The better modes `auto` tried first, and why each was refused.
+    pub refused: Vec<Refusal>,
 }
 
 /// Attached programs; dropping it detaches them.
@@ -144,10 +152,10 @@ impl Tracer {
         };
         let (mut ebpf, mut log) = load()?;
         let classes = filters.classes();
-        let attached = |mode, tracepoint, fallback| Attached {
+        let attached = |mode, tracepoint, refused| Attached {
             mode,
             tracepoint,
-            fallback,
+            refused,
         };
         let fentry = |ebpf: &mut Ebpf| bpf::attach::fentry(ebpf, &inspector, &btf, classes, bodies);
         // The kprobe mode's tracefs return probes, kept with the tracer.
@@ -163,29 +171,26 @@ impl Tracer {
                 attached(
                     AttachMode::Tracepoint,
                     Some(bpf::attach::contention_tracepoints(&mut ebpf, bodies)?),
-                    None,
+                    Vec::new(),
                 ),
                 Vec::new(),
             ),
-            Some(AttachMode::Fentry) => (attached(AttachMode::Fentry, None, None), fentry(&mut ebpf)?),
-            Some(AttachMode::Kprobe) => (attached(AttachMode::Kprobe, None, None), kprobe(&mut ebpf)?),
+            Some(AttachMode::Fentry) => (attached(AttachMode::Fentry, None, Vec::new()), fentry(&mut ebpf)?),
+            Some(AttachMode::Kprobe) => (attached(AttachMode::Kprobe, None, Vec::new()), kprobe(&mut ebpf)?),
             // Each failed attempt drops its object, which detaches whatever
             // part of it did attach, and starts from a fresh one.
             None => match fentry(&mut ebpf) {
-                Ok(notes) => (attached(AttachMode::Fentry, None, None), notes),
+                Ok(notes) => (attached(AttachMode::Fentry, None, Vec::new()), notes),
                 Err(fentry_err) => {
-                    let why = format!("fentry: {}", one_line(&fentry_err));
+                    let mut refused = vec![refusal(AttachMode::Fentry, &fentry_err)];
                     (ebpf, log) = load()?;
                     match kprobe(&mut ebpf) {
-                        Ok(notes) => (attached(AttachMode::Kprobe, None, Some(why)), notes),
+                        Ok(notes) => (attached(AttachMode::Kprobe, None, refused), notes),
                         Err(kprobe_err) => {
+                            refused.push(refusal(AttachMode::Kprobe, &kprobe_err));
                             (ebpf, log) = load()?;
                             let kind = bpf::attach::contention_tracepoints(&mut ebpf, bodies)?;
-                            let why = format!("{why}; kprobe: {}", one_line(&kprobe_err));
-                            (
-                                attached(AttachMode::Tracepoint, Some(kind), Some(why)),
-                                Vec::new(),
-                            )
+                            (attached(AttachMode::Tracepoint, Some(kind), refused), Vec::new())
                         }
                     }
                 }
@@ -239,21 +244,15 @@ impl Tracer {
         })
     }
 
-    /// The mode with the reasons for a fallback, as the report header says it.
+    /// The mode as the report header names it.
     pub fn mode(&self) -> String {
-        if self.bodies == HookBodies::Empty {
-            return format!("{} (empty programs)", self.short_mode());
-        }
-        match &self.attached.fallback {
-            None => self.short_mode(),
-            Some(why) => match self.attached.tracepoint {
-                Some(kind) => format!("tracepoint ({kind}; {why})"),
-                None => format!("{} ({why})", self.attached.mode),
-            },
+        match self.bodies {
+            HookBodies::Empty => format!("{} (empty programs)", self.short_mode()),
+            HookBodies::Pipelock => self.short_mode(),
         }
     }
 
-    /// The mode without the reasons for a fallback (the per-row `mode`).
+    /// The mode, as each row names it.
     pub fn short_mode(&self) -> String {
         match self.attached.tracepoint {
             Some(kind) => format!("tracepoint ({kind})"),
@@ -336,6 +335,7 @@ impl Tracer {
                 .trim()
                 .to_owned(),
             mode: self.mode(),
+            refused: self.attached.refused.clone(),
             hold_unavailable_reason: (!hooked).then(|| {
                 "the contention tracepoints only see contended acquisitions; hold time needs fentry or kprobe"
                     .to_owned()

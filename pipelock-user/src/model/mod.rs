@@ -13,6 +13,8 @@ pub mod view;
 pub use callers::{ByKey, CallerRow, TaskRow};
 pub use class::{ClassSet, LockClass, class_label};
 pub use owners::{HoldState, HolderState, OwnerRow};
-pub use report::{ClassTotal, LockRow, MapFill, ProgramStats, Snapshot, SortKey, TraceReport, sort_rows};
+pub use report::{
+    ClassTotal, LockRow, MapFill, ProgramStats, Refusal, Snapshot, SortKey, TraceReport, sort_rows,
+};
 pub use timing::{PERCENTILE_RESOLUTION, Timing};
 pub use view::{LockMatch, ReportView};

@@ -111,9 +111,9 @@ pub fn holds_of(lock: &LockKey, details: &[(&DetailKey, &DetailStats)]) -> HoldS
 /// One owner of one lock, as its waiters found it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnerRow {
-    /// The owning thread (0: not known: a mutex being released to its
-    /// waiters whenever this wait looked, a spinlock whose last release
-    /// fell before the last drain).
+    /// The owning thread (0: none: a mutex that had no owner at any
+    /// `contention_begin` of the wait, just released or being handed to a
+    /// waiter; a spinlock whose last release was not seen).
     pub tid: u32,
     /// Its process, and its command name, where recorded.
     pub pid: Option<u32>,
@@ -130,7 +130,7 @@ impl OwnerRow {
     /// `comm(pid)` or `tid 123` when the name was not recorded.
     pub fn label(&self) -> String {
         match (&self.comm, self.tid) {
-            (_, 0) => "(no owner known)".to_owned(),
+            (_, 0) => "(no owner)".to_owned(),
             (_, FOLDED) => "(other owners)".to_owned(),
             (Some(comm), tid) if self.pid.is_some_and(|p| p != tid) => {
                 format!("{comm}({}/{tid})", self.pid.unwrap_or(0))

@@ -66,8 +66,11 @@ pub struct ClassTotal {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceReport {
     pub kernel: String,
-    /// Mode per class, e.g. "tracepoint (tp_btf)".
+    /// The attach mode, e.g. "tracepoint (tp_btf)".
     pub mode: String,
+    /// The better modes `auto` tried first, and why each was refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refusal>,
     pub hold_unavailable_reason: Option<String>,
     pub duration_s: f64,
     pub locks: Vec<LockRow>,
@@ -101,6 +104,7 @@ impl TraceReport {
         Self {
             kernel: String::new(),
             mode: String::new(),
+            refused: Vec::new(),
             hold_unavailable_reason: None,
             duration_s: 0.0,
             locks: Vec::new(),
@@ -136,6 +140,17 @@ impl TraceReport {
         }
         totals.into_values().collect()
     }
+}
+
+/// An attach mode the kernel refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// `fentry` or `kprobe`.
+    pub mode: String,
+    /// A few words: the errno, or what the kernel lacks (`EPERM`).
+    pub reason: String,
+    /// The whole error, every cause on one line.
+    pub detail: String,
 }
 
 /// Entries in one of pipelock's maps.
@@ -269,6 +284,7 @@ pub(crate) mod tests {
         TraceReport {
             kernel: "6.18.44".into(),
             mode: "tracepoint (tp_btf)".into(),
+            refused: Vec::new(),
             hold_unavailable_reason: Some("needs fentry or kprobe".into()),
             duration_s: 1.0,
             totals: TraceReport::totals(&rows),

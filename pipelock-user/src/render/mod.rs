@@ -4,6 +4,7 @@
 pub mod callers;
 pub mod csv;
 pub mod flame;
+pub mod header;
 pub mod histogram;
 pub mod metrics;
 pub mod owners;

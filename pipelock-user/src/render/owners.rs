@@ -1,6 +1,6 @@
 //! The report's "who made them wait" section: per shown lock with owners,
 //! its busiest owners and what they were doing while waited for.
-use crate::model::{LockRow, TraceReport};
+use crate::model::{LockClass, LockRow, OwnerRow, TraceReport};
 use crate::units::human_ns;
 
 /// Owners listed under each lock.
@@ -18,19 +18,18 @@ pub fn render_owners(report: &TraceReport, top: usize) -> String {
         return String::new();
     }
     let mut out = String::from(
-        "\nwho held them (a mutex: its owner when a wait began, like `perf lock contention -o`; a \
-         spinlock, fentry/kprobe: its last releaser; what a mutex owner was doing meanwhile):\n",
+        "\nwho held them (a mutex: its owner when the wait began, read as `perf lock contention -o` \
+         reads it;\n  a spinlock, fentry/kprobe: its last releaser; and what each owner was doing \
+         meanwhile):\n",
     );
     for row in rows {
         let waits: u64 = row.owners.iter().map(|o| o.waits).sum();
-        let known: u64 = row.owners.iter().filter(|o| o.tid != 0).map(|o| o.wait_ns).sum();
         let all: u64 = row.owners.iter().map(|o| o.wait_ns).sum();
         out.push_str(&format!(
-            "  {}  {} waits, {} of wait; owner read for {:.0} % of it",
+            "  {}  {} waits, {} of wait",
             row.name,
             waits,
-            human_ns(all),
-            percent(known, all)
+            human_ns(all)
         ));
         match row.holder.summary() {
             Some(states) => out.push_str(&format!("; owners {states}\n")),
@@ -39,7 +38,20 @@ pub fn render_owners(report: &TraceReport, top: usize) -> String {
         if let Some(states) = row.holds.as_holder().summary() {
             out.push_str(&format!("    its holds (--hold-states): the holder {states}\n"));
         }
-        for owner in row.owners.iter().take(OWNERS_SHOWN) {
+        // Waits that found no owner are counted apart: they name no one.
+        let (unowned, owners): (Vec<&OwnerRow>, Vec<&OwnerRow>) = row.owners.iter().partition(|o| o.tid == 0);
+        if let Some(none) = unowned.first() {
+            out.push_str(&format!(
+                "    {:<28} {:>8} waits  {:>10}  max {:>10}  ({:.0} % of the waits)\n      {}\n",
+                none.label(),
+                none.waits,
+                human_ns(none.wait_ns),
+                human_ns(none.wait_max_ns),
+                percent(none.waits, waits),
+                why_no_owner(row.class)
+            ));
+        }
+        for owner in owners.iter().take(OWNERS_SHOWN) {
             let states = owner
                 .holder
                 .summary()
@@ -52,14 +64,24 @@ pub fn render_owners(report: &TraceReport, top: usize) -> String {
                 human_ns(owner.wait_max_ns),
             ));
         }
-        if row.owners.len() > OWNERS_SHOWN {
+        if owners.len() > OWNERS_SHOWN {
             out.push_str(&format!(
                 "    (+{} more owners; all are in --json)\n",
-                row.owners.len() - OWNERS_SHOWN
+                owners.len() - OWNERS_SHOWN
             ));
         }
     }
     out
+}
+
+/// Why a wait names no owner, by the kind of lock.
+fn why_no_owner(class: Option<LockClass>) -> &'static str {
+    match class {
+        Some(LockClass::PipeMutex) => {
+            "the mutex had no owner as the wait began: just released, or being handed to a waiter"
+        }
+        _ => "no release of the lock was seen before the wait, since tracing began",
+    }
 }
 
 fn percent(part: u64, whole: u64) -> f64 {
@@ -109,7 +131,9 @@ mod tests {
         };
         let text = render_owners(&report, 20);
         assert!(
-            text.contains("pipe:[4242]  3 waits, 125.00 ms of wait; owner read for 80 % of it; owners on-CPU 5 % / runnable 0 % / sleeping 95 %"),
+            text.contains(
+                "pipe:[4242]  3 waits, 125.00 ms of wait; owners on-CPU 5 % / runnable 0 % / sleeping 95 %"
+            ),
             "{text}"
         );
         assert!(text.contains("writer(77)"), "{text}");
@@ -117,7 +141,26 @@ mod tests {
             text.contains("(on-CPU 5 % / runnable 0 % / sleeping 95 %)"),
             "{text}"
         );
-        assert!(text.contains("(no owner known)"), "{text}");
+        let none = text
+            .lines()
+            .position(|l| l.trim_start().starts_with("(no owner)"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            text.lines()
+                .nth(none)
+                .unwrap()
+                .contains("1 waits    25.00 ms  max   25.00 ms  (33 % of the waits)"),
+            "{text}"
+        );
+        assert!(
+            text.lines().nth(none + 1).unwrap().trim()
+                == "the mutex had no owner as the wait began: just released, or being handed to a waiter",
+            "{text}"
+        );
+        assert!(
+            none < text.lines().position(|l| l.contains("writer(77)")).unwrap(),
+            "counted apart, first: {text}"
+        );
         assert_eq!(render_owners(&report, 0), "", "--top 0 shows no lock");
     }
 }

@@ -1,23 +1,34 @@
 //! The report as text: perf-lock-style tables, times scaled ns/us/ms/s.
+use super::header;
 use crate::{
-    model::{ByKey, MapFill, TraceReport, class_label},
+    model::{ByKey, LockRow, MapFill, TraceReport, class_label},
     units::human_ns,
 };
 
-/// The report as text; `top` limits the lock rows (totals count them all).
-pub fn render(report: &TraceReport, top: usize) -> String {
+/// The report as text; `top` limits the lock rows (totals count them all),
+/// `verbose` adds every map's fill.
+pub fn render(report: &TraceReport, top: usize, verbose: bool) -> String {
+    let memory = header::kernel_memory(&report.maps).map_or_else(String::new, |m| format!(", maps {m}"));
     let mut out = format!(
-        "pipelock trace: kernel {}, {:.1} s, mode {}\n",
-        report.kernel, report.duration_s, report.mode
+        "pipelock trace: kernel {}, {:.1} s, mode {}{memory}\n{}\n",
+        report.kernel,
+        report.duration_s,
+        report.mode,
+        header::measured(report.hold_unavailable_reason.is_none())
     );
-    if let Some(why) = &report.hold_unavailable_reason {
-        out.push_str(&format!("hold times: n/a ({why})\n"));
+    if let Some(line) = header::refused(&report.refused) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    for warning in header::map_warnings(&report.maps, &report.drops) {
+        out.push_str(&warning);
+        out.push('\n');
     }
     for note in &report.notes {
-        out.push_str(&format!("note: {note}\n"));
+        out.push_str(&header::wrapped("note: ", note));
     }
-    if !report.maps.is_empty() {
-        out.push_str(&maps_line(&report.maps));
+    if verbose && !report.maps.is_empty() {
+        out.push_str(&maps_table(&report.maps));
     }
     out.push('\n');
     match report.by {
@@ -29,61 +40,95 @@ pub fn render(report: &TraceReport, top: usize) -> String {
     out
 }
 
+/// A lock table column: its header and its cell of a row.
+type LockColumn = (&'static str, fn(&LockRow) -> String);
+
+fn na() -> String {
+    "n/a".to_owned()
+}
+
+const LOCK_COLUMNS: [LockColumn; 14] = [
+    ("class", |r| class_label(r.class).to_owned()),
+    ("lock", |r| r.name.clone()),
+    ("acquired", |r| r.acquisitions.map_or_else(na, |a| a.to_string())),
+    ("contended", |r| r.contentions.to_string()),
+    ("spin-only", |r| r.spin_only.to_string()),
+    ("wait total", |r| {
+        r.wait.as_ref().map_or_else(na, |w| human_ns(w.total_ns))
+    }),
+    ("wait avg", |r| {
+        r.wait.as_ref().map_or_else(na, |w| human_ns(w.avg_ns))
+    }),
+    ("wait p50", |r| {
+        r.wait.as_ref().map_or_else(na, |w| human_ns(w.p50_ns))
+    }),
+    ("wait p99", |r| {
+        r.wait.as_ref().map_or_else(na, |w| human_ns(w.p99_ns))
+    }),
+    ("wait max", |r| {
+        r.wait.as_ref().map_or_else(na, |w| human_ns(w.max_ns))
+    }),
+    ("hold avg", |r| {
+        r.hold.as_ref().map_or_else(na, |h| human_ns(h.avg_ns))
+    }),
+    ("hold p99", |r| {
+        r.hold.as_ref().map_or_else(na, |h| human_ns(h.p99_ns))
+    }),
+    ("hold max", |r| {
+        r.hold.as_ref().map_or_else(na, |h| human_ns(h.max_ns))
+    }),
+    ("processes", |r| abbreviate(&r.comms, 3)),
+];
+
 /// One row per lock, then who held the shown ones and their top stacks.
+/// A column no shown row has a value for is left out, and said so once.
 fn lock_table(report: &TraceReport, top: usize) -> String {
     let mut out = String::new();
     if report.locks.is_empty() {
         out.push_str("no traced lock was seen\n");
-    } else {
-        let mut table = comfy_table::Table::new();
-        table.load_preset(comfy_table::presets::NOTHING).set_header(vec![
-            "class",
-            "lock",
-            "acquired",
-            "contended",
-            "spin-only",
-            "wait total",
-            "wait avg",
-            "wait p50",
-            "wait p99",
-            "wait max",
-            "hold avg",
-            "hold p99",
-            "hold max",
-            "processes",
-        ]);
-        let na = || "n/a".to_owned();
-        for row in report.locks.iter().take(top) {
-            let w = row.wait.as_ref();
-            let h = row.hold.as_ref();
-            table.add_row(vec![
-                class_label(row.class).to_owned(),
-                row.name.clone(),
-                row.acquisitions.map_or_else(na, |a| a.to_string()),
-                row.contentions.to_string(),
-                row.spin_only.to_string(),
-                w.map_or_else(na, |w| human_ns(w.total_ns)),
-                w.map_or_else(na, |w| human_ns(w.avg_ns)),
-                w.map_or_else(na, |w| human_ns(w.p50_ns)),
-                w.map_or_else(na, |w| human_ns(w.p99_ns)),
-                w.map_or_else(na, |w| human_ns(w.max_ns)),
-                h.map_or_else(na, |h| human_ns(h.avg_ns)),
-                h.map_or_else(na, |h| human_ns(h.p99_ns)),
-                h.map_or_else(na, |h| human_ns(h.max_ns)),
-                abbreviate(&row.comms, 3),
-            ]);
-        }
-        out.push_str(&table.to_string());
-        out.push('\n');
-        if report.locks.len() > top {
-            out.push_str(&format!(
-                "(+{} more locks with less wait; all are in --csv/--json, or raise --top)\n",
-                report.locks.len() - top
-            ));
-        }
-        out.push_str(&super::owners::render_owners(report, top));
-        out.push_str(&super::callers::top_callers(report, top));
+        return out;
     }
+    let shown: Vec<&LockRow> = report.locks.iter().take(top).collect();
+    let unmeasured = |header: &str| {
+        (header == "acquired" && shown.iter().all(|r| r.acquisitions.is_none()))
+            || (header.starts_with("hold") && shown.iter().all(|r| r.hold.is_none()))
+            || (header.starts_with("wait ") && shown.iter().all(|r| r.wait.is_none()))
+    };
+    let columns: Vec<&LockColumn> = LOCK_COLUMNS.iter().filter(|(h, _)| !unmeasured(h)).collect();
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(comfy_table::presets::NOTHING)
+        .set_header(columns.iter().map(|(header, _)| *header));
+    for row in &shown {
+        table.add_row(columns.iter().map(|(_, cell)| cell(row)));
+    }
+    out.push_str(&table.to_string());
+    out.push('\n');
+    if report.locks.len() > top {
+        out.push_str(&format!(
+            "(+{} more locks with less wait; all are in --csv/--json, or raise --top)\n",
+            report.locks.len() - top
+        ));
+    }
+    let left_out: Vec<&str> = [
+        ("acquired", "acquired"),
+        ("hold avg", "hold"),
+        ("wait avg", "wait"),
+    ]
+    .into_iter()
+    .filter(|(header, _)| unmeasured(header))
+    .map(|(_, what)| what)
+    .collect();
+    if !left_out.is_empty() && !shown.is_empty() {
+        let plural = if left_out.len() > 1 { "s" } else { "" };
+        out.push_str(&format!(
+            "(left out: the {} column{plural}, which {} mode does not measure)\n",
+            left_out.join(" and "),
+            report.mode
+        ));
+    }
+    out.push_str(&super::owners::render_owners(report, top));
+    out.push_str(&super::callers::top_callers(report, top));
     out
 }
 
@@ -133,22 +178,26 @@ fn totals_and_drops(report: &TraceReport) -> String {
     out
 }
 
-/// `maps: LOCK_STATS_A 12/4096, … (kernel memory 9.1 MiB)`: how full each
-/// map was at the last drain (a full map drops events) and what they cost.
-fn maps_line(maps: &[MapFill]) -> String {
-    let fill: Vec<String> = maps
-        .iter()
-        .map(|m| match m.used {
-            Some(used) => format!("{} {used}/{}", m.name, m.capacity),
-            None => format!("{} ?/{}", m.name, m.capacity),
-        })
-        .collect();
-    let memory: u64 = maps.iter().filter_map(|m| m.memlock_bytes).sum();
-    format!(
-        "maps: {} (kernel memory {:.1} MiB)\n",
-        fill.join(", "),
-        memory as f64 / 1048576.0
-    )
+/// `--verbose`: every map, how full it was at the last drain (a full map
+/// drops events; `?`: an LRU map, which evicts instead) and its memory.
+fn maps_table(maps: &[MapFill]) -> String {
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING).set_header([
+        "map",
+        "entries used",
+        "capacity",
+        "kernel memory",
+    ]);
+    for m in maps {
+        table.add_row([
+            m.name.clone(),
+            m.used.map_or_else(|| "? (LRU)".to_owned(), |u| u.to_string()),
+            m.capacity.to_string(),
+            m.memlock_bytes
+                .map_or_else(na, |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+        ]);
+    }
+    format!("kernel maps at the last drain:\n{table}\n")
 }
 
 fn abbreviate(items: &[String], keep: usize) -> String {
@@ -162,21 +211,34 @@ fn abbreviate(items: &[String], keep: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::report::tests::sample;
+    use crate::model::{Refusal, report::tests::sample};
 
     #[test]
-    fn text_says_why_hold_is_missing_and_never_prints_zero_for_it() {
-        let text = render(&sample(), 20);
+    fn text_says_what_the_mode_measures_and_never_prints_zero_for_it() {
+        let text = render(&sample(), 20, false);
         assert!(
-            !render(&sample(), 0).contains("herd(10)"),
+            !render(&sample(), 0, false).contains("herd(10)"),
             "--top 0 shows no rows"
         );
+        assert!(text.contains(header::measured(false)), "{text}");
+        assert!(text.contains("pipe:[4242]"));
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.is_empty())
+            .skip(1)
+            .take(2)
+            .collect();
+        assert!(table[0].contains("contended"), "{text}");
         assert!(
-            text.contains("hold times: n/a (needs fentry or kprobe)"),
+            !table.concat().contains("n/a") && !table[0].contains("hold") && !table[0].contains("acquired"),
+            "no column of n/a only: {text}"
+        );
+        assert!(
+            text.contains(
+                "(left out: the acquired and hold columns, which tracepoint (tp_btf) mode does not measure)"
+            ),
             "{text}"
         );
-        assert!(text.contains("pipe:[4242]"));
-        assert!(text.contains("n/a"));
         assert!(
             text.contains("dropped events: untimed on traced locks 2"),
             "per-lock drops are summed: {text}"
@@ -185,9 +247,68 @@ mod tests {
     }
 
     #[test]
-    fn the_header_says_how_full_each_map_is_and_what_they_cost() {
+    fn a_column_some_row_measured_stays_with_n_a_where_another_did_not() {
         let mut report = sample();
-        assert!(!render(&report, 20).contains("maps:"), "no fill read: no line");
+        let mut hooked = report.locks[0].clone();
+        hooked.acquisitions = Some(7);
+        hooked.hold = hooked.wait.clone();
+        report.locks.push(hooked);
+        let text = render(&report, 20, false);
+        assert!(text.contains("acquired") && text.contains("hold avg"), "{text}");
+        assert!(text.contains("n/a") && !text.contains("left out"), "{text}");
+    }
+
+    #[test]
+    fn the_first_three_lines_fit_100_columns_in_the_users_words() {
+        let mut report = sample();
+        report.kernel = "6.12.57+deb13-cloud-amd64".into();
+        report.duration_s = 3600.0;
+        report.refused = vec![
+            Refusal {
+                mode: "fentry".into(),
+                reason: "EPERM".into(),
+                detail: "cannot load eBPF program pipe_read_exit: the BPF_PROG_LOAD syscall returned \
+                         Operation not permitted (os error 1)"
+                    .into(),
+            },
+            Refusal {
+                mode: "kprobe".into(),
+                reason: "no kprobes in this kernel".into(),
+                detail: "no kprobe PMU (kernel built without CONFIG_KPROBES)".into(),
+            },
+        ];
+        report.maps = vec![MapFill {
+            name: "LOCK_STATS_A".into(),
+            used: Some(12),
+            capacity: 4096,
+            memlock_bytes: Some(9 << 20),
+        }];
+        let text = render(&report, 20, false);
+        let first: Vec<&str> = text.lines().take(3).collect();
+        assert_eq!(
+            first,
+            [
+                "pipelock trace: kernel 6.12.57+deb13-cloud-amd64, 3600.0 s, mode tracepoint (tp_btf), maps 9.0 MiB",
+                header::measured(false),
+                "refused here: fentry (EPERM), kprobe (no kprobes in this kernel); details: pipelock probe",
+            ]
+        );
+        assert!(
+            text.lines()
+                .take_while(|l| !l.is_empty())
+                .all(|l| l.chars().count() <= header::WIDTH),
+            "{text}"
+        );
+        assert!(!text.contains("os error"), "the detail stays in JSON: {text}");
+    }
+
+    #[test]
+    fn maps_are_one_figure_and_every_map_only_with_verbose() {
+        let mut report = sample();
+        assert!(
+            !render(&report, 20, true).contains("maps"),
+            "no fill read: no figure"
+        );
         report.maps = vec![
             MapFill {
                 name: "LOCK_STATS_A".into(),
@@ -202,10 +323,25 @@ mod tests {
                 memlock_bytes: Some(1 << 19),
             },
         ];
-        let text = render(&report, 20);
+        let text = render(&report, 20, false);
+        assert!(text.lines().next().unwrap().ends_with(", maps 3.5 MiB"), "{text}");
         assert!(
-            text.contains("maps: LOCK_STATS_A 12/4096, TASK_PIPE ?/16384 (kernel memory 3.5 MiB)\n"),
+            !text.contains("LOCK_STATS_A") && !text.contains("warning"),
             "{text}"
+        );
+        let verbose = render(&report, 20, true);
+        assert!(verbose.contains("kernel maps at the last drain:"), "{verbose}");
+        assert!(
+            verbose.lines().any(|l| l
+                .split_whitespace()
+                .eq(["LOCK_STATS_A", "12", "4096", "3.0", "MiB"])),
+            "{verbose}"
+        );
+        assert!(verbose.contains("? (LRU)"), "{verbose}");
+        report.maps[0].used = Some(4000);
+        assert!(
+            render(&report, 20, false).contains("warning: map LOCK_STATS_A held 4000 of 4096 entries"),
+            "a nearly full map is a warning without --verbose"
         );
     }
 }

@@ -7,8 +7,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::groups::{GroupRow, Groupings, join_groups};
 use crate::model::{
-    ByKey, CallerRow, HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Snapshot, Timing, TraceReport,
-    class_label,
+    ByKey, CallerRow, HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Refusal, Snapshot, Timing,
+    TraceReport, class_label,
 };
 
 /// Owners per row kept for the detail pane.
@@ -155,6 +155,11 @@ pub enum Input {
 pub struct App {
     pub kernel: String,
     pub mode: String,
+    /// The mode hooks every acquisition (fentry, kprobe), not only the
+    /// contended ones: hold times and acquisition counts are measured.
+    pub hooked: bool,
+    /// The better modes the kernel refused.
+    pub refused: Vec<Refusal>,
     pub notes: Vec<String>,
     pub interval_s: f64,
     pub elapsed_s: f64,
@@ -184,6 +189,9 @@ pub struct App {
     pub detail: bool,
     /// The help with every key is shown (`?`).
     pub help: bool,
+    /// The kernel side is shown (`m`): every map's fill, the drops, the
+    /// notes and the refused modes' whole errors.
+    pub kernel_pane: bool,
     pub paused: bool,
     pub samples: u64,
 }
@@ -197,6 +205,13 @@ impl App {
             interval_s,
             ..Self::default()
         }
+    }
+
+    /// What the attach mode measures, and the modes refused before it.
+    pub fn with_attach(mut self, hooked: bool, refused: Vec<Refusal>) -> Self {
+        self.hooked = hooked;
+        self.refused = refused;
+        self
     }
 
     /// A new tick from the collector. While paused the view stays as it was.
@@ -354,8 +369,16 @@ impl App {
         let last = self.shown().saturating_sub(1);
         match key.code {
             KeyCode::Char('q') => return Action::Quit,
-            KeyCode::Char('?') => self.help = !self.help,
+            KeyCode::Char('?') => {
+                self.help = !self.help;
+                self.kernel_pane = false;
+            }
+            KeyCode::Char('m') => {
+                self.kernel_pane = !self.kernel_pane;
+                self.help = false;
+            }
             KeyCode::Esc if self.help => self.help = false,
+            KeyCode::Esc if self.kernel_pane => self.kernel_pane = false,
             KeyCode::Esc if self.detail => self.detail = false,
             KeyCode::Esc => return Action::Quit,
             KeyCode::Down | KeyCode::Char('j') => self.selected = (self.selected + 1).min(last),

@@ -57,6 +57,7 @@ pub fn report(locks: Vec<LockRow>, duration_s: f64) -> TraceReport {
     TraceReport {
         kernel: "6.12.117".into(),
         mode: "fentry".into(),
+        refused: Vec::new(),
         hold_unavailable_reason: None,
         duration_s,
         totals: TraceReport::totals(&locks),
@@ -123,7 +124,7 @@ pub fn app_with(n: u64) -> App {
             row
         })
         .collect();
-    let mut app = App::new("6.12.117".into(), "fentry".into(), Vec::new(), 1.0);
+    let mut app = App::new("6.12.117".into(), "fentry".into(), Vec::new(), 1.0).with_attach(true, Vec::new());
     app.on_sample(Sample {
         snapshot: Snapshot {
             interval: report(locks.clone(), 2.0),
@@ -179,13 +180,15 @@ pub fn app_grouped(by: ByKey) -> App {
         caller("anon_pipe_read", 30, 90_000),
     ];
     total.by_task = vec![task(4001, 10, 10_000), task(4002, 30, 90_000)];
-    let mut app = App::new("6.12.117".into(), "fentry".into(), Vec::new(), 1.0).with_grouping(
-        by,
-        Groupings {
-            callers: true,
-            tasks: by == ByKey::Task,
-        },
-    );
+    let mut app = App::new("6.12.117".into(), "fentry".into(), Vec::new(), 1.0)
+        .with_attach(true, Vec::new())
+        .with_grouping(
+            by,
+            Groupings {
+                callers: true,
+                tasks: by == ByKey::Task,
+            },
+        );
     app.on_sample(Sample {
         snapshot: Snapshot {
             interval,

@@ -37,6 +37,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "b",
         "rows by lock, call stack (with --callers) or thread (with --by task)",
     ),
+    (
+        "m",
+        "kernel side: every map's fill, dropped events, notes, refused modes' errors",
+    ),
     ("p, Space", "pause the view (the trace goes on)"),
     ("r", "reset: forget the figures so far"),
     ("?", "this help"),

@@ -1,11 +1,13 @@
 //! Drawing `pipelock top`: pure functions of the [`App`] state, so each
 //! screen is tested in ratatui's test backend at a fixed size.
+use std::collections::BTreeMap;
+
 use ratatui::{
     Frame,
     layout::{Constraint, Layout, Rect},
     style::{Modifier, Style},
     text::Line,
-    widgets::{Block, Borders, Cell, Paragraph, Row, Sparkline, Table, TableState},
+    widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Sparkline, Table, TableState, Wrap},
 };
 
 use super::{
@@ -15,8 +17,9 @@ use super::{
     keys::{draw_help, footer_line},
 };
 use crate::{
+    error::shorten,
     model::{ByKey, Timing},
-    render::render_histogram_width,
+    render::{header, render_histogram_width},
     units::{human_ns, human_rate},
 };
 
@@ -27,14 +30,15 @@ pub fn draw(frame: &mut Frame, app: &App) {
     } else {
         0
     };
+    let lines = header_lines(app, usize::from(area.width));
     let [header, table, pane, footer] = Layout::vertical([
-        Constraint::Length(4),
+        Constraint::Length(lines.len() as u16),
         Constraint::Min(2),
         Constraint::Length(detail),
         Constraint::Length(1),
     ])
     .areas(area);
-    frame.render_widget(Paragraph::new(header_lines(app)), header);
+    frame.render_widget(Paragraph::new(lines), header);
     match app.by {
         ByKey::Lock => draw_table(frame, table, app),
         ByKey::Caller | ByKey::Task => draw_group_table(frame, table, app),
@@ -48,47 +52,55 @@ pub fn draw(frame: &mut Frame, app: &App) {
     frame.render_widget(Paragraph::new(footer_line(app)), footer);
     if app.help {
         draw_help(frame, table.union(pane), app);
+    } else if app.kernel_pane {
+        draw_kernel_pane(frame, table.union(pane), app);
     }
 }
 
-fn header_lines(app: &App) -> Vec<Line<'static>> {
-    let paused = if app.paused { "  [PAUSED]" } else { "" };
-    let first = format!(
-        "pipelock top · kernel {} · mode {} · {:.0} s · every {:.1} s{paused}",
-        app.kernel, app.mode, app.elapsed_s, app.interval_s
-    );
+/// The mode and what it measures, the refused modes, pipelock's own cost,
+/// then one line of what matters now (the filter, a map near full, a note).
+/// The lines before the last fit [`header::WIDTH`] columns.
+fn header_lines(app: &App, width: usize) -> Vec<Line<'static>> {
+    // Paused, the refresh interval does not matter: the word takes its place.
+    let every = if app.paused {
+        " · PAUSED".to_owned()
+    } else {
+        format!(", every {:.1} s", app.interval_s)
+    };
+    let mut lines = vec![
+        Line::from(format!(
+            "pipelock top · kernel {} · mode {} · {:.0} s{every}",
+            app.kernel, app.mode, app.elapsed_s
+        )),
+        Line::from(header::measured(app.hooked)),
+    ];
+    if let Some(refused) = header::refused(&app.refused) {
+        lines.push(Line::from(refused));
+    }
     let per_run = app
         .bpf_ns_per_run
         .map_or_else(|| "n/a".to_owned(), |ns| human_ns(ns as u64));
-    let drops = if app.drops.is_empty() {
-        "none".to_owned()
-    } else {
-        app.drops
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let fill = app
-        .fill
-        .iter()
-        .map(|m| match m.used {
-            Some(used) => format!("{} {used}/{}", m.name.to_lowercase(), m.capacity),
-            None => format!("{} ?/{}", m.name.to_lowercase(), m.capacity),
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
-    let second = format!(
-        "pipelock's BPF: {:.0} runs/s, {per_run}/run, {:.2} % of a CPU · dropped: {drops}",
+    let memory = header::kernel_memory(&app.fill).map_or_else(String::new, |m| format!(" · maps {m}"));
+    let cost = format!(
+        "pipelock's BPF: {:.0} runs/s, {per_run}/run, {:.2} % of a CPU{memory} · dropped: ",
         app.bpf_runs_per_s,
         app.bpf_cpu_share * 100.0
     );
-    let memory: u64 = app.fill.iter().filter_map(|m| m.memlock_bytes).sum();
-    let maps = format!(
-        "maps: {fill} · kernel memory {:.1} MiB",
-        memory as f64 / 1048576.0
-    );
-    let third = if app.samples == 0 {
+    let drops = if app.drops.is_empty() {
+        "none".to_owned()
+    } else {
+        let all = app
+            .drops
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // The rest is behind `m`.
+        shorten(&all, width.saturating_sub(cost.chars().count()).max(12))
+    };
+    lines.push(Line::from(format!("{cost}{drops}")));
+    let drops: BTreeMap<String, u64> = app.drops.iter().cloned().collect();
+    let last = if app.samples == 0 {
         "waiting for the first interval…".to_owned()
     } else if !app.filter.is_empty() {
         let all = match app.by {
@@ -102,15 +114,66 @@ fn header_lines(app: &App) -> Vec<Line<'static>> {
             app.shown(),
             rows_noun(app.by)
         )
+    } else if let Some(warning) = header::map_warnings(&app.fill, &drops).into_iter().next() {
+        format!("{warning} · m: maps")
     } else {
-        app.notes.first().cloned().unwrap_or_default()
+        match app.notes.as_slice() {
+            [] => String::new(),
+            [note] => format!("note: {note}"),
+            [note, ..] => format!("note: {note} (m: {} notes)", app.notes.len()),
+        }
     };
-    vec![
-        Line::from(first),
-        Line::from(second),
-        Line::from(maps),
-        Line::from(third),
-    ]
+    lines.push(Line::from(last));
+    lines
+}
+
+/// `m`: what the header sums up, in full.
+fn draw_kernel_pane(frame: &mut Frame, area: Rect, app: &App) {
+    let mut lines = vec![Line::from(
+        " map                  entries used   capacity   kernel memory",
+    )];
+    for m in &app.fill {
+        lines.push(Line::from(format!(
+            " {:<20} {:>12}   {:>8}   {}",
+            m.name,
+            m.used.map_or_else(|| "? (LRU)".to_owned(), |u| u.to_string()),
+            m.capacity,
+            m.memlock_bytes.map_or_else(
+                || "n/a".to_owned(),
+                |b| format!("{:.1} MiB", b as f64 / 1048576.0)
+            )
+        )));
+    }
+    lines.push(Line::from(""));
+    lines.push(Line::from(if app.drops.is_empty() {
+        " dropped events: none".to_owned()
+    } else {
+        format!(
+            " dropped events: {} (what each means: pipelock trace --help, or the manual's trace page)",
+            app.drops
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }));
+    for refusal in &app.refused {
+        lines.push(Line::from(format!(
+            " {} refused: {}",
+            refusal.mode, refusal.detail
+        )));
+    }
+    for note in &app.notes {
+        lines.push(Line::from(format!(" note: {note}")));
+    }
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" kernel side · m or Esc closes ");
+    frame.render_widget(Clear, area);
+    frame.render_widget(
+        Paragraph::new(lines).block(block).wrap(Wrap { trim: false }),
+        area,
+    );
 }
 
 /// A table column: header, width (room for the sort marker ▼ included),
@@ -212,9 +275,16 @@ const COLUMNS: [Column; 13] = [
     },
 ];
 
+/// Columns of what only fentry and kprobe measure: left out in tracepoint
+/// mode rather than shown as a column of `n/a` (the header says why).
+const HOOKED_ONLY: [&str; 4] = ["acquired/s", "hold avg", "hold p99", "hold max"];
+
 /// The columns that fit `width`, most important first, shown in table order.
-fn fitting_columns(width: u16) -> Vec<&'static Column> {
-    let mut by_priority: Vec<&Column> = COLUMNS.iter().collect();
+fn fitting_columns(width: u16, hooked: bool) -> Vec<&'static Column> {
+    let mut by_priority: Vec<&Column> = COLUMNS
+        .iter()
+        .filter(|c| hooked || !HOOKED_ONLY.contains(&c.header))
+        .collect();
     by_priority.sort_by_key(|c| c.priority);
     let mut used = 0u16;
     let mut kept = Vec::new();
@@ -229,7 +299,7 @@ fn fitting_columns(width: u16) -> Vec<&'static Column> {
 }
 
 fn draw_table(frame: &mut Frame, area: Rect, app: &App) {
-    let columns = fitting_columns(area.width);
+    let columns = fitting_columns(area.width, app.hooked);
     let sorted_by = app.sort.label();
     let header = Row::new(columns.iter().map(|c| {
         let title = if c.header == sorted_by {
@@ -364,7 +434,10 @@ mod tests {
     use crossterm::event::KeyCode;
 
     use super::*;
-    use crate::tui::fixtures::{app_with, key, screen};
+    use crate::{
+        model::Refusal,
+        tui::fixtures::{app_with, key, screen},
+    };
 
     #[test]
     fn empty_state_says_it_is_waiting() {
@@ -380,18 +453,102 @@ mod tests {
         let app = app_with(40);
         let text = screen(&app, 200, 30);
         let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0], "pipelock top · kernel 6.12.117 · mode fentry · 10 s, every 1.0 s",
+            "{text}"
+        );
         assert!(lines[4].contains("contended/s▼"), "{text}");
         assert!(lines[5].contains("pipe:[1040]"), "largest first: {text}");
         assert!(text.contains("pipelock's BPF: 500 runs/s, 50 ns/run"), "{text}");
+        assert!(text.contains("maps 5.0 MiB · dropped: stale_pending 3"), "{text}");
         assert!(
-            text.contains("lock_stats 40/4096 · kernel memory 5.0 MiB"),
-            "{text}"
+            !text.contains("LOCK_STATS"),
+            "the per-map list is behind m: {text}"
         );
-        assert!(text.contains("dropped: stale_pending 3"), "{text}");
         assert!(
             text.contains("processes"),
             "wide terminal shows every column: {text}"
         );
+    }
+
+    /// The tracepoint mode of this host: fentry refused, no kprobes.
+    fn tracepoint_app() -> App {
+        let mut app = app_with(5);
+        app.kernel = "6.12.57+deb13-cloud-amd64".into();
+        app.mode = "tracepoint (tp_btf)".into();
+        app.elapsed_s = 3600.0;
+        app.paused = true;
+        app.with_attach(
+            false,
+            vec![
+                Refusal {
+                    mode: "fentry".into(),
+                    reason: "EPERM".into(),
+                    detail: "cannot load eBPF program pipe_read_exit: the BPF_PROG_LOAD syscall \
+                             returned Operation not permitted (os error 1)"
+                        .into(),
+                },
+                Refusal {
+                    mode: "kprobe".into(),
+                    reason: "no kprobes in this kernel".into(),
+                    detail: "no kprobe PMU (kernel built without CONFIG_KPROBES)".into(),
+                },
+            ],
+        )
+    }
+
+    #[test]
+    fn the_first_three_lines_are_whole_at_100_columns() {
+        let app = tracepoint_app();
+        let text = screen(&app, 100, 24);
+        let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+        assert_eq!(
+            lines[..3],
+            [
+                "pipelock top · kernel 6.12.57+deb13-cloud-amd64 · mode tracepoint (tp_btf) · 3600 s · PAUSED",
+                header::measured(false),
+                "refused here: fentry (EPERM), kprobe (no kprobes in this kernel); details: pipelock probe",
+            ],
+            "{text}"
+        );
+        assert!(
+            lines[3].ends_with("· maps 5.0 MiB · dropped: stale_pending 3"),
+            "the fourth line too is whole: {text}"
+        );
+    }
+
+    #[test]
+    fn tracepoint_mode_has_no_column_it_cannot_fill() {
+        let text = screen(&tracepoint_app(), 200, 24);
+        let header = text.lines().find(|l| l.contains("contended/s")).unwrap();
+        for unmeasured in ["acquired/s", "hold avg", "hold p99", "hold max"] {
+            assert!(!header.contains(unmeasured), "{header}");
+        }
+        assert!(!text.contains("n/a"), "{text}");
+        assert!(
+            text.contains("no hold times or acquisition counts"),
+            "said once, above: {text}"
+        );
+    }
+
+    #[test]
+    fn m_shows_every_map_the_drops_and_the_whole_refusals() {
+        let mut app = tracepoint_app();
+        app.on_key(key(KeyCode::Char('m')));
+        let text = screen(&app, 120, 30);
+        assert!(text.contains("kernel side"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().take(4).eq(["│", "LOCK_STATS", "5", "4096"])),
+            "{text}"
+        );
+        assert!(text.contains("dropped events: stale_pending 3"), "{text}");
+        assert!(
+            text.contains("fentry refused: cannot load eBPF program pipe_read_exit"),
+            "{text}"
+        );
+        app.on_key(key(KeyCode::Esc));
+        assert!(!screen(&app, 120, 30).contains("kernel side"), "Esc closes it");
     }
 
     #[test]

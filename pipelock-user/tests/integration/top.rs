@@ -112,7 +112,7 @@ fn top_in_a_pty_shows_hold_times_where_hooks_work() -> Result<Outcome> {
             )));
         }
     };
-    let (mut master, slave_path) = open_pty(160, 50)?;
+    let (mut master, slave_path) = open_pty(100, 50)?;
     let slave = fs::OpenOptions::new().read(true).write(true).open(&slave_path)?;
     let mut command = pipelock();
     command
@@ -148,7 +148,7 @@ fn top_in_a_pty_shows_hold_times_where_hooks_work() -> Result<Outcome> {
         let screen = screen.clone();
         let mut master = master.try_clone()?;
         std::thread::spawn(move || {
-            let mut parser = vt100::Parser::new(50, 160, 0);
+            let mut parser = vt100::Parser::new(50, 100, 0);
             let mut buf = [0u8; 8192];
             while let Ok(n) = master.read(&mut buf) {
                 if n == 0 {
@@ -177,6 +177,8 @@ fn top_in_a_pty_shows_hold_times_where_hooks_work() -> Result<Outcome> {
     };
     let result = (|| -> Result<()> {
         seen("pipe-mutex", 120)?;
+        let text = screen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+        first_lines_are_whole(&text, true, false)?;
         ensure!(
             pipelock_programs_loaded()? > 0,
             "top runs, yet no pipelock program is loaded"
@@ -210,6 +212,74 @@ fn top_in_a_pty_shows_hold_times_where_hooks_work() -> Result<Outcome> {
     result.map(|()| Outcome::Passed)
 }
 register!(Kernel top_in_a_pty_shows_hold_times_where_hooks_work);
+
+/// The first three lines of `top`'s screen (100 columns) end as they
+/// should, so none was cut at the edge: the mode (every 0.5 s), what it
+/// measures, and the modes refused (`auto`) or pipelock's own cost.
+fn first_lines_are_whole(screen: &str, hooked: bool, refused: bool) -> Result<()> {
+    let lines: Vec<&str> = screen.lines().map(str::trim_end).take(3).collect();
+    ensure!(
+        lines.len() == 3 && lines.iter().all(|l| l.chars().count() <= 100),
+        "the first lines:\n{screen}"
+    );
+    ensure!(
+        lines[0].starts_with("pipelock top · kernel ") && lines[0].ends_with(" s, every 0.5 s"),
+        "the first line is cut or wrong: {:?}\n{screen}",
+        lines[0]
+    );
+    let measured = pipelock_user::render::header::measured(hooked);
+    ensure!(lines[1] == measured, "the second line is {:?}, want {measured:?}", lines[1]);
+    let third_whole = if refused {
+        lines[2].starts_with("refused here: ") && lines[2].ends_with("; details: pipelock probe")
+    } else {
+        lines[2].starts_with("pipelock's BPF: ") && lines[2].contains(" · dropped: ")
+    };
+    ensure!(third_whole, "the third line is cut or wrong: {:?}\n{screen}", lines[2]);
+    println!("  the first lines at 100 columns:\n    {}", lines.join("\n    "));
+    Ok(())
+}
+
+/// `pipelock top` as a new user runs it (`auto` picks the mode) in a
+/// 100-column tmux window: its first three lines are whole.
+fn top_first_lines_are_whole_at_100_columns() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    if Command::new("tmux").arg("-V").output().is_err() {
+        return Ok(Outcome::Skipped("tmux is not installed (Debian: tmux)".into()));
+    }
+    let fentry_refused = mode_refusal("fentry")?.is_some();
+    let hooked = !fentry_refused || mode_refusal("kprobe")?.is_none();
+    let socket = format!("pipelock-it-100-{}", std::process::id());
+    let tmux = |args: &[&str]| -> Result<String> {
+        let out = run(Command::new("tmux").args(["-L", &socket]).args(args))?;
+        ensure!(out.status.success(), "tmux {args:?}: {}", text(&out.stderr));
+        Ok(text(&out.stdout))
+    };
+    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let shell = format!("{bin} top --interval 0.5 --workload pipe-herd");
+    tmux(&["new-session", "-d", "-s", "top", "-x", "100", "-y", "30", &shell])?;
+    let result = (|| -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let screen = loop {
+            let screen = tmux(&["capture-pane", "-p", "-t", "top"])?;
+            if screen.contains("pipe-mutex") {
+                break screen;
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "no pipe-mutex row after 30 s:\n{screen}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        first_lines_are_whole(&screen, hooked, fentry_refused)?;
+        tmux(&["send-keys", "-t", "top", "q"])?;
+        Ok(())
+    })();
+    let _ = tmux(&["kill-server"]);
+    result.map(|()| Outcome::Passed)
+}
+register!(Host top_first_lines_are_whole_at_100_columns);
 
 /// A pseudo-terminal pair: the master end and the slave's path.
 fn open_pty(cols: u16, rows: u16) -> Result<(fs::File, PathBuf)> {

@@ -396,3 +396,45 @@ fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 register!(Kernel interval_csv_reads_back_and_adds_up_to_the_run);
+
+/// The report's first three lines as a new user sees them (`auto`): each
+/// within 100 columns, the mode, what it measures, the modes refused.
+fn trace_first_lines_fit_100_columns() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    let fentry_refused = mode_refusal("fentry")?.is_some();
+    let hooked = !fentry_refused || mode_refusal("kprobe")?.is_none();
+    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let out = run(pipelock()
+        .args(["trace", "--"])
+        .arg(&bin)
+        .args(["run", "pipe-herd", "-k", "2", "--limit", "5000", "-q"]))?;
+    ensure!(out.status.success(), "pipelock trace: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("pipelock trace: kernel "))
+        .take(3)
+        .collect();
+    ensure!(lines.len() == 3, "no report header:\n{stdout}");
+    for line in &lines {
+        ensure!(line.chars().count() <= 100, "{} columns: {line:?}", line.chars().count());
+    }
+    let measured = pipelock_user::render::header::measured(hooked);
+    ensure!(lines[1] == measured, "the second line is {:?}, want {measured:?}", lines[1]);
+    if fentry_refused {
+        ensure!(
+            lines[2].starts_with("refused here: fentry (") && lines[2].ends_with("; details: pipelock probe"),
+            "the third line: {:?}",
+            lines[2]
+        );
+    }
+    ensure!(
+        !stdout.contains("os error") && !stdout.contains("LOCK_STATS"),
+        "loader errors or map names in the report:\n{stdout}"
+    );
+    println!("  {}", lines.join("\n  "));
+    Ok(Outcome::Passed)
+}
+register!(Kernel trace_first_lines_fit_100_columns);

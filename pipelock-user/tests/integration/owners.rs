@@ -1,0 +1,266 @@
+//! The mutex owner pipelock names for a wait, checked against the
+//! kernel's own tracing: a tracefs kprobe event on the tracepoint's
+//! iterator (`__traceiter_contention_begin`, which runs at each
+//! `lock:contention_begin` while any probe is attached) reads the mutex's
+//! `owner` word at every begin, as the kernel sees it, with no BPF. A wait whose
+//! every begin found no owner task (`owner & ~7 == 0`: the mutex was just
+//! released, or being handed over) is what pipelock reports as
+//! `(no owner known)`; the two counts must agree.
+use std::collections::HashMap;
+
+use super::*;
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const GROUP: &str = "pipelock_owner_check";
+
+/// The probe events, removed (and tracing switched off) on drop.
+struct OwnerProbes;
+
+impl OwnerProbes {
+    /// `begin` reads the owner word at each `contention_begin`, `end` the
+    /// lock of each `contention_end`, both as raw hex (the tracepoints' own
+    /// `%p` is hashed). The iterators' arguments: (data, lock, flags).
+    fn create() -> Result<std::result::Result<Self, Outcome>> {
+        let events = Path::new(TRACEFS).join("kprobe_events");
+        if !events.exists() {
+            return Ok(Err(Outcome::Skipped(format!(
+                "no {} (a kernel without CONFIG_KPROBE_EVENTS)",
+                events.display()
+            ))));
+        }
+        let define = [
+            format!(
+                "p:{GROUP}/begin __traceiter_contention_begin lock=$arg2:x64 owner=+0($arg2):x64 flags=$arg3:x32"
+            ),
+            format!("p:{GROUP}/end __traceiter_contention_end lock=$arg2:x64"),
+        ];
+        for line in &define {
+            if let Err(err) = append(&events, line) {
+                let _ = Self.remove();
+                let log = fs::read_to_string(Path::new(TRACEFS).join("error_log")).unwrap_or_default();
+                bail!(
+                    "cannot write `{line}` to {}: {err}; error_log: {log}",
+                    events.display()
+                );
+            }
+        }
+        // Mutex waits only: LCB_F_MUTEX.
+        write(&event_dir("begin").join("filter"), "flags & 32")?;
+        // Room for every event of the herd: a lost one voids the check.
+        write(&Path::new(TRACEFS).join("buffer_size_kb"), "32768")?;
+        write(&Path::new(TRACEFS).join("trace"), "")?;
+        for event in ["begin", "end"] {
+            write(&event_dir(event).join("enable"), "1")?;
+        }
+        // With one probe on a tracepoint the kernel calls it directly (a
+        // static call); with two it goes through the iterator the probes
+        // above are on. pipelock's program is one; the trace event, with a
+        // filter that records nothing, the other.
+        for (event, never) in SECOND_PROBES {
+            write(&lock_event_dir(event).join("filter"), never)?;
+            write(&lock_event_dir(event).join("enable"), "1")?;
+        }
+        write(&Path::new(TRACEFS).join("tracing_on"), "1")?;
+        Ok(Ok(Self))
+    }
+
+    fn remove(&self) -> Result<()> {
+        for (event, _) in SECOND_PROBES {
+            let _ = write(&lock_event_dir(event).join("enable"), "0");
+            let _ = write(&lock_event_dir(event).join("filter"), "0");
+        }
+        for event in ["begin", "end"] {
+            let _ = write(&event_dir(event).join("enable"), "0");
+        }
+        for event in ["begin", "end"] {
+            let _ = append(
+                &Path::new(TRACEFS).join("kprobe_events"),
+                &format!("-:{GROUP}/{event}"),
+            );
+        }
+        let _ = write(&Path::new(TRACEFS).join("buffer_size_kb"), "1408");
+        Ok(())
+    }
+}
+
+impl Drop for OwnerProbes {
+    fn drop(&mut self) {
+        let _ = self.remove();
+    }
+}
+
+/// The lock tracepoints' own events, and a filter each that matches nothing.
+const SECOND_PROBES: [(&str, &str); 2] = [
+    ("contention_begin", "flags == 0xffffffff"),
+    ("contention_end", "ret == 123456"),
+];
+
+fn lock_event_dir(event: &str) -> PathBuf {
+    Path::new(TRACEFS).join("events/lock").join(event)
+}
+
+fn event_dir(event: &str) -> PathBuf {
+    Path::new(TRACEFS).join("events").join(GROUP).join(event)
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text).with_context(|| format!("cannot write `{text}` to {}", path.display()))
+}
+
+fn append(path: &Path, line: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut file = fs::OpenOptions::new().append(true).open(path)?;
+    file.write_all(line.as_bytes())
+}
+
+/// The kernel's count of the mutex waits at `lock` and of those whose every
+/// begin found no owner task, rebuilt per thread from the trace.
+#[derive(Debug, Default, PartialEq)]
+struct KernelWaits {
+    waits: u64,
+    unowned: u64,
+}
+
+/// `  comm-TID  [001] d..2.  12.345: begin: (__traceiter_contention_begin+0x0/0x80) lock=0x… owner=0x… flags=0x…`
+fn rebuild_waits(trace: &str, lock: u64) -> Result<KernelWaits> {
+    let hex = |line: &str, field: &str| -> Option<u64> {
+        let value = line.split_whitespace().find_map(|w| w.strip_prefix(field))?;
+        u64::from_str_radix(value.trim_start_matches("0x"), 16).ok()
+    };
+    // Per thread: the open wait's "no owner seen yet".
+    let mut open: HashMap<u32, bool> = HashMap::new();
+    let mut counted = KernelWaits::default();
+    for line in trace.lines().filter(|l| !l.starts_with('#')) {
+        let (begin, end) = (line.contains(" begin: "), line.contains(" end: "));
+        if !(begin || end) || hex(line, "lock=") != Some(lock) {
+            continue;
+        }
+        let task = line.split_whitespace().next().unwrap_or_default();
+        let tid: u32 = task
+            .rsplit_once('-')
+            .and_then(|(_, tid)| tid.parse().ok())
+            .with_context(|| format!("no thread id in `{line}`"))?;
+        if begin {
+            let owner = hex(line, "owner=").with_context(|| format!("no owner in `{line}`"))?;
+            let unowned = open.entry(tid).or_insert(true);
+            *unowned &= owner & !7 == 0;
+        } else if let Some(unowned) = open.remove(&tid) {
+            counted.waits += 1;
+            counted.unowned += u64::from(unowned);
+        }
+    }
+    Ok(counted)
+}
+
+/// A herd's pipe-mutex waits: pipelock's `(no owner known)` waits are the
+/// ones whose every `contention_begin` the kernel shows with no owner.
+fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
+    if let Some(skip) = hooked_mode_skip(mode)? {
+        return Ok(skip);
+    }
+    let probes = match OwnerProbes::create()? {
+        Ok(probes) => probes,
+        Err(skip) => return Ok(skip),
+    };
+    let limit = if in_vm() { "50000" } else { "200000" };
+    let report = match trace_json(
+        &["--mode", mode, "--class", "pipe-mutex"],
+        &["run", "pipe-herd", "-k", "4", "--limit", limit, "-q"],
+    )? {
+        Ok(report) => report,
+        Err(skip) => return Ok(skip),
+    };
+    write(&Path::new(TRACEFS).join("tracing_on"), "0")?;
+    let trace = fs::read_to_string(Path::new(TRACEFS).join("trace")).context("cannot read the trace")?;
+    drop(probes);
+    // `# entries-in-buffer/entries-written: 1234/1234   #P:2`
+    let (kept, written) = trace
+        .lines()
+        .find_map(|l| l.split_once("entries-in-buffer/entries-written:"))
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.split_once('/'))
+        .context("no entries-written line in the trace")?;
+    ensure!(
+        kept == written,
+        "the trace lost events ({kept} of {written} kept): the check is void"
+    );
+    let mutex = report["locks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["class"] == "pipe-mutex")
+        .max_by_key(|l| l["contentions"].as_u64().unwrap_or(0))
+        .context("no pipe-mutex row")?;
+    let lock = mutex["lock_addr"].as_u64().context("no lock_addr")?;
+    let owners = mutex["owners"].as_array().context("no owners")?;
+    let waits_of = |unknown: bool| -> u64 {
+        owners
+            .iter()
+            .filter(|o| (o["tid"] == 0) == unknown)
+            .filter_map(|o| o["waits"].as_u64())
+            .sum()
+    };
+    let (unknown, known) = (waits_of(true), waits_of(false));
+    let kernel = rebuild_waits(&trace, lock)?;
+    let skipped: u64 = report["programs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["recursion_misses"].as_u64())
+        .sum();
+    let contended = mutex["contentions"].as_u64().unwrap_or(0);
+    ensure!(
+        kernel.waits > 0 && kernel.waits.abs_diff(contended) <= skipped,
+        "the kernel shows {} mutex waits at {lock:#x}, pipelock {contended} ({skipped} runs skipped); \
+         the trace's first lines:\n{}",
+        kernel.waits,
+        trace.lines().take(20).collect::<Vec<_>>().join("\n")
+    );
+    // The two read the owner word one after the other at the same begin:
+    // an owner can change in between, rarely.
+    let slack = skipped + kernel.waits / 100;
+    ensure!(
+        unknown.abs_diff(kernel.unowned) <= slack,
+        "pipelock has {unknown} waits with no owner known (and {known} with one), the kernel {} of {} \
+         waits that began with no owner (slack {slack})",
+        kernel.unowned,
+        kernel.waits
+    );
+    println!(
+        "  {mode}: the kernel shows {} of {} pipe-mutex waits beginning with no owner ({:.0} %); pipelock \
+         {unknown} of {} ({skipped} runs skipped)",
+        kernel.unowned,
+        kernel.waits,
+        kernel.unowned as f64 * 100.0 / kernel.waits as f64,
+        unknown + known
+    );
+    Ok(Outcome::Passed)
+}
+
+fn fentry_unknown_owners_are_the_kernels_unowned_waits() -> Result<Outcome> {
+    unknown_owners_are_the_kernels_unowned_waits("fentry")
+}
+register!(Kernel fentry_unknown_owners_are_the_kernels_unowned_waits);
+
+fn tracepoint_unknown_owners_are_the_kernels_unowned_waits() -> Result<Outcome> {
+    unknown_owners_are_the_kernels_unowned_waits("tracepoint")
+}
+register!(Kernel tracepoint_unknown_owners_are_the_kernels_unowned_waits);
+
+fn the_trace_parser_rebuilds_waits_per_thread() -> Result<Outcome> {
+    let trace = "\
+# entries-in-buffer/entries-written: 6/6   #P:2
+  pipelock-10  [000] d..2.  1.0: begin: (__traceiter_contention_begin+0x0/0x80) lock=0xff00 owner=0x0 flags=0x21
+  pipelock-11  [001] d..2.  1.1: begin: (__traceiter_contention_begin+0x0/0x80) lock=0xff00 owner=0xabc1 flags=0x21
+  pipelock-10  [000] d..2.  1.2: begin: (__traceiter_contention_begin+0x0/0x80) lock=0xff00 owner=0x1 flags=0x20
+  pipelock-10  [000] d..2.  1.3: end: (__traceiter_contention_end+0x0/0x80) lock=0xff00
+  pipelock-12  [000] d..2.  1.4: end: (__traceiter_contention_end+0x0/0x80) lock=0xee00
+  pipelock-11  [001] d..2.  1.5: end: (__traceiter_contention_end+0x0/0x80) lock=0xff00
+";
+    ensure!(
+        rebuild_waits(trace, 0xff00)? == KernelWaits { waits: 2, unowned: 1 },
+        "{:?}",
+        rebuild_waits(trace, 0xff00)
+    );
+    Ok(Outcome::Passed)
+}
+register!(Host the_trace_parser_rebuilds_waits_per_thread);
