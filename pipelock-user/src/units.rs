@@ -37,6 +37,11 @@ pub fn human_rate(per_s: f64) -> String {
     }
 }
 
+/// Bytes as MiB with one decimal, `9.1 MiB` (kernel map memory).
+pub fn human_mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / 1048576.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

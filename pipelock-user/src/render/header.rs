@@ -5,7 +5,10 @@
 //! Each fits [`WIDTH`] columns.
 use std::collections::BTreeMap;
 
-use crate::model::{MapFill, Refusal};
+use crate::{
+    model::{MapFill, Refusal},
+    units::human_mib,
+};
 
 /// The narrowest terminal the first lines are written for.
 pub const WIDTH: usize = 100;
@@ -53,7 +56,7 @@ pub fn refused(refused: &[Refusal]) -> Option<String> {
 /// The kernel memory of pipelock's maps, `9.1 MiB` (None: not read).
 pub fn kernel_memory(maps: &[MapFill]) -> Option<String> {
     let known: Vec<u64> = maps.iter().filter_map(|m| m.memlock_bytes).collect();
-    (!known.is_empty()).then(|| format!("{:.1} MiB", known.iter().sum::<u64>() as f64 / 1048576.0))
+    (!known.is_empty()).then(|| human_mib(known.iter().sum()))
 }
 
 /// One warning per map that came within 10 % of full, and one for the

@@ -2,7 +2,7 @@
 use super::header;
 use crate::{
     model::{ByKey, LockRow, MapFill, TraceReport, class_label},
-    units::human_ns,
+    units::{human_mib, human_ns},
 };
 
 /// The report as text; `top` limits the lock rows (totals count them all),
@@ -179,7 +179,7 @@ fn totals_and_drops(report: &TraceReport) -> String {
 }
 
 /// `--verbose`: every map, how full it was at the last drain (a full map
-/// drops events; `?`: an LRU map, which evicts instead) and its memory.
+/// drops events; "not counted": an LRU map, which evicts instead, or the stack map) and its memory.
 fn maps_table(maps: &[MapFill]) -> String {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::NOTHING).set_header([
@@ -191,10 +191,9 @@ fn maps_table(maps: &[MapFill]) -> String {
     for m in maps {
         table.add_row([
             m.name.clone(),
-            m.used.map_or_else(|| "? (LRU)".to_owned(), |u| u.to_string()),
+            m.used.map_or_else(|| "not counted".to_owned(), |u| u.to_string()),
             m.capacity.to_string(),
-            m.memlock_bytes
-                .map_or_else(na, |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+            m.memlock_bytes.map_or_else(na, human_mib),
         ]);
     }
     format!("kernel maps at the last drain:\n{table}\n")
@@ -337,7 +336,7 @@ mod tests {
                 .eq(["LOCK_STATS_A", "12", "4096", "3.0", "MiB"])),
             "{verbose}"
         );
-        assert!(verbose.contains("? (LRU)"), "{verbose}");
+        assert!(verbose.contains("not counted"), "{verbose}");
         report.maps[0].used = Some(4000);
         assert!(
             render(&report, 20, false).contains("warning: map LOCK_STATS_A held 4000 of 4096 entries"),

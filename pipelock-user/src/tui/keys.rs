@@ -46,14 +46,57 @@ pub const KEYS: &[(&str, &str)] = &[
     ("?", "this help"),
 ];
 
+/// Every column the lock table can show, as `?` explains them.
+pub const COLUMNS: &[(&str, &str)] = &[
+    (
+        "class",
+        "pipe-mutex, pipe-rd-wait/-wr-wait (wait queues), other-in-pipe-call, lockref",
+    ),
+    (
+        "lock",
+        "which: pipe:[inode], dentry:NAME, rq_lock(cpu N), a symbol or an address",
+    ),
+    (
+        "acquired/s",
+        "acquisitions per second over the last interval (fentry, kprobe)",
+    ),
+    (
+        "contended/s",
+        "acquisitions that had to wait, per second over the last interval",
+    ),
+    (
+        "wait avg/p99/max",
+        "time from asking for the lock to getting it, over the last interval",
+    ),
+    (
+        "hold avg/p99/max",
+        "time from getting the lock to releasing it (fentry, kprobe)",
+    ),
+    (
+        "total contended/wait",
+        "contended acquisitions and time waited since start (or r)",
+    ),
+    ("processes", "comm(pid) of each process seen on the lock"),
+    (
+        "-",
+        "measured, but nothing this interval; p99 is the log2 bucket's upper bound",
+    ),
+];
+
 pub(super) fn draw_help(frame: &mut Frame, area: Rect, app: &App) {
     let mut lines: Vec<Line> = KEYS
         .iter()
         .map(|(keys, what)| Line::from(format!(" {keys:<14} {what}")))
         .collect();
-    if !(app.groupings.callers || app.groupings.tasks) {
+    lines.push(Line::from(" the lock table's columns:").style(Style::default().add_modifier(Modifier::BOLD)));
+    lines.extend(
+        COLUMNS
+            .iter()
+            .map(|(column, what)| Line::from(format!(" {column:<20} {what}"))),
+    );
+    if !app.hooked {
         lines.push(Line::from(
-            " (b has one view in this trace: start with --callers or --by task for the others)",
+            " (this mode sees contended acquisitions only: no acquired/s or hold columns)",
         ));
     }
     let block = Block::default()
@@ -117,6 +160,13 @@ mod tests {
         for (keys, what) in KEYS {
             let shown = format!(" {keys:<14} {what}");
             assert!(text.contains(shown.trim_end()), "{keys} not in the help:\n{text}");
+        }
+        for (column, what) in COLUMNS {
+            let shown = format!(" {column:<20} {what}");
+            assert!(
+                text.contains(shown.trim_end()),
+                "{column} not in the help:\n{text}"
+            );
         }
         app.on_key(key(KeyCode::Esc));
         assert!(!app.help);

@@ -17,10 +17,9 @@ use super::{
     keys::{draw_help, footer_line},
 };
 use crate::{
-    error::shorten,
     model::{ByKey, Timing},
     render::{header, render_histogram_width},
-    units::{human_ns, human_rate},
+    units::{human_mib, human_ns, human_rate},
 };
 
 pub fn draw(frame: &mut Frame, app: &App) {
@@ -51,7 +50,8 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
     frame.render_widget(Paragraph::new(footer_line(app)), footer);
     if app.help {
-        draw_help(frame, table.union(pane), app);
+        // Over the header too: every key and column fits 30 rows.
+        draw_help(frame, header.union(table).union(pane), app);
     } else if app.kernel_pane {
         draw_kernel_pane(frame, table.union(pane), app);
     }
@@ -82,8 +82,8 @@ fn header_lines(app: &App, width: usize) -> Vec<Line<'static>> {
         .map_or_else(|| "n/a".to_owned(), |ns| human_ns(ns as u64));
     let memory = header::kernel_memory(&app.fill).map_or_else(String::new, |m| format!(" · maps {m}"));
     let cost = format!(
-        "pipelock's BPF: {:.0} runs/s, {per_run}/run, {:.2} % of a CPU{memory} · dropped: ",
-        app.bpf_runs_per_s,
+        "pipelock's BPF: {} runs/s, {per_run}/run, {:.2} % of a CPU{memory} · dropped: ",
+        human_rate(app.bpf_runs_per_s),
         app.bpf_cpu_share * 100.0
     );
     let drops = if app.drops.is_empty() {
@@ -95,8 +95,14 @@ fn header_lines(app: &App, width: usize) -> Vec<Line<'static>> {
             .map(|(k, v)| format!("{k} {v}"))
             .collect::<Vec<_>>()
             .join(", ");
-        // The rest is behind `m`.
-        shorten(&all, width.saturating_sub(cost.chars().count()).max(12))
+        // Where the list does not fit, its sum; `m` lists them.
+        let room = width.saturating_sub(cost.chars().count());
+        let total: u64 = app.drops.iter().map(|(_, n)| n).sum();
+        if all.chars().count() <= room {
+            all
+        } else {
+            format!("{total} (m)")
+        }
     };
     lines.push(Line::from(format!("{cost}{drops}")));
     let drops: BTreeMap<String, u64> = app.drops.iter().cloned().collect();
@@ -136,12 +142,9 @@ fn draw_kernel_pane(frame: &mut Frame, area: Rect, app: &App) {
         lines.push(Line::from(format!(
             " {:<20} {:>12}   {:>8}   {}",
             m.name,
-            m.used.map_or_else(|| "? (LRU)".to_owned(), |u| u.to_string()),
+            m.used.map_or_else(|| "not counted".to_owned(), |u| u.to_string()),
             m.capacity,
-            m.memlock_bytes.map_or_else(
-                || "n/a".to_owned(),
-                |b| format!("{:.1} MiB", b as f64 / 1048576.0)
-            )
+            m.memlock_bytes.map_or_else(|| "n/a".to_owned(), human_mib)
         )));
     }
     lines.push(Line::from(""));
@@ -149,7 +152,7 @@ fn draw_kernel_pane(frame: &mut Frame, area: Rect, app: &App) {
         " dropped events: none".to_owned()
     } else {
         format!(
-            " dropped events: {} (what each means: pipelock trace --help, or the manual's trace page)",
+            " dropped events: {} (the manual's trace page says what each means)",
             app.drops
                 .iter()
                 .map(|(k, v)| format!("{k} {v}"))
@@ -314,8 +317,15 @@ fn draw_table(frame: &mut Frame, area: Rect, app: &App) {
     let rows = visible
         .iter()
         .map(|row| Row::new(columns.iter().map(|c| Cell::from((c.cell)(row)))));
+    // The last text column takes the room left: the process list where it
+    // fits, else the lock's name, which is then not cut.
+    let stretch = if columns.iter().any(|c| c.header == "processes") {
+        "processes"
+    } else {
+        "lock"
+    };
     let widths = columns.iter().map(|c| {
-        if c.header == "processes" {
+        if c.header == stretch {
             Constraint::Min(c.width)
         } else {
             Constraint::Length(c.width)
@@ -388,7 +398,7 @@ fn draw_detail(frame: &mut Frame, area: Rect, app: &App) {
                 t.count,
                 render_histogram_width(t, bar)
             ),
-            None => format!("{title}: n/a in this mode"),
+            None => format!("{title}: not measured in this mode"),
         };
         Paragraph::new(text)
     };
@@ -515,6 +525,17 @@ mod tests {
             lines[3].ends_with("· maps 5.0 MiB · dropped: stale_pending 3"),
             "the fourth line too is whole: {text}"
         );
+        let mut crowded = tracepoint_app();
+        crowded.drops = vec![("in_interrupt".into(), 5), ("stale_pending".into(), 7)];
+        let text = screen(&crowded, 100, 24);
+        assert!(
+            text.lines()
+                .nth(3)
+                .unwrap()
+                .trim_end()
+                .ends_with("· dropped: 12 (m)"),
+            "the fourth line too is whole: {text}"
+        );
     }
 
     #[test]
@@ -528,6 +549,39 @@ mod tests {
         assert!(
             text.contains("no hold times or acquisition counts"),
             "said once, above: {text}"
+        );
+    }
+
+    #[test]
+    fn the_help_explains_every_column_and_fits_30_rows() {
+        // "wait avg/p99/max" names "wait avg", "wait p99" and "wait max".
+        let explained: Vec<String> = crate::tui::keys::COLUMNS
+            .iter()
+            .flat_map(|(name, _)| {
+                if !name.contains(' ') {
+                    return vec![(*name).to_owned()];
+                }
+                let mut parts = name.split('/');
+                let first = parts.next().unwrap_or_default();
+                let stem = first.rsplit_once(' ').map_or("", |(stem, _)| stem);
+                std::iter::once(first.to_owned())
+                    .chain(parts.map(move |p| format!("{stem} {p}").trim().to_owned()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for column in &COLUMNS {
+            assert!(
+                explained.iter().any(|e| e == column.header),
+                "{} unexplained: {explained:?}",
+                column.header
+            );
+        }
+        let mut app = tracepoint_app();
+        app.on_key(key(KeyCode::Char('?')));
+        let text = screen(&app, 100, 30);
+        assert!(
+            text.contains("no acquired/s or hold columns)"),
+            "the last line is shown: {text}"
         );
     }
 

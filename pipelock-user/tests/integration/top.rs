@@ -228,13 +228,21 @@ fn first_lines_are_whole(screen: &str, hooked: bool, refused: bool) -> Result<()
         lines[0]
     );
     let measured = pipelock_user::render::header::measured(hooked);
-    ensure!(lines[1] == measured, "the second line is {:?}, want {measured:?}", lines[1]);
+    ensure!(
+        lines[1] == measured,
+        "the second line is {:?}, want {measured:?}",
+        lines[1]
+    );
     let third_whole = if refused {
         lines[2].starts_with("refused here: ") && lines[2].ends_with("; details: pipelock probe")
     } else {
         lines[2].starts_with("pipelock's BPF: ") && lines[2].contains(" · dropped: ")
     };
-    ensure!(third_whole, "the third line is cut or wrong: {:?}\n{screen}", lines[2]);
+    ensure!(
+        third_whole,
+        "the third line is cut or wrong: {:?}\n{screen}",
+        lines[2]
+    );
     println!("  the first lines at 100 columns:\n    {}", lines.join("\n    "));
     Ok(())
 }

@@ -406,10 +406,15 @@ fn trace_first_lines_fit_100_columns() -> Result<Outcome> {
     let fentry_refused = mode_refusal("fentry")?.is_some();
     let hooked = !fentry_refused || mode_refusal("kprobe")?.is_none();
     let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
-    let out = run(pipelock()
-        .args(["trace", "--"])
-        .arg(&bin)
-        .args(["run", "pipe-herd", "-k", "2", "--limit", "5000", "-q"]))?;
+    let out = run(pipelock().args(["trace", "--"]).arg(&bin).args([
+        "run",
+        "pipe-herd",
+        "-k",
+        "2",
+        "--limit",
+        "5000",
+        "-q",
+    ]))?;
     ensure!(out.status.success(), "pipelock trace: {}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout
@@ -419,10 +424,18 @@ fn trace_first_lines_fit_100_columns() -> Result<Outcome> {
         .collect();
     ensure!(lines.len() == 3, "no report header:\n{stdout}");
     for line in &lines {
-        ensure!(line.chars().count() <= 100, "{} columns: {line:?}", line.chars().count());
+        ensure!(
+            line.chars().count() <= 100,
+            "{} columns: {line:?}",
+            line.chars().count()
+        );
     }
     let measured = pipelock_user::render::header::measured(hooked);
-    ensure!(lines[1] == measured, "the second line is {:?}, want {measured:?}", lines[1]);
+    ensure!(
+        lines[1] == measured,
+        "the second line is {:?}, want {measured:?}",
+        lines[1]
+    );
     if fentry_refused {
         ensure!(
             lines[2].starts_with("refused here: fentry (") && lines[2].ends_with("; details: pipelock probe"),

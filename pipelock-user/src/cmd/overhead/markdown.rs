@@ -36,7 +36,7 @@ pub fn to_markdown(results: &Results) -> String {
                 .map_or_else(|| "–".to_owned(), |ns| format!("{ns:.0}")),
             percent(row.bpf_share_of_cpu),
             row.map_memory_bytes
-                .map_or_else(|| "–".to_owned(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+                .map_or_else(|| "–".to_owned(), crate::units::human_mib),
             percent(row.collector_cpu_share),
         );
     }
