@@ -110,6 +110,9 @@ fn lock_table(report: &TraceReport, top: usize) -> String {
             report.locks.len() - top
         ));
     }
+    // Where the percentiles are read: p50 = p99 is often one bucket.
+    out.push_str(&report.percentile_resolution);
+    out.push('\n');
     let left_out: Vec<&str> = [
         ("acquired", "acquired"),
         ("hold avg", "hold"),
@@ -167,14 +170,18 @@ fn totals_and_drops(report: &TraceReport) -> String {
         ));
     }
     out.push_str(&format!(
-        "dropped events: {}\n{}\n",
+        "dropped events: {}\n",
         if dropped.is_empty() {
             "none".to_owned()
         } else {
             dropped.join(", ")
-        },
-        report.percentile_resolution
+        }
     ));
+    // The lock table says it under itself.
+    if report.by != ByKey::Lock {
+        out.push_str(&report.percentile_resolution);
+        out.push('\n');
+    }
     out
 }
 
