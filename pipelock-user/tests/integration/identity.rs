@@ -232,6 +232,8 @@ fn a_minute_of_churn_keeps_memory_flat() -> Result<Outcome> {
             "--reset",
             "-n",
             "3",
+            // Each interval report then lists every map's fill.
+            "--verbose",
         ])
         .args(["--duration", &SECONDS.to_string(), "--", "sh", "-c", &churn])
         .stdout(fs::File::create(&output)?)
@@ -251,12 +253,11 @@ fn a_minute_of_churn_keeps_memory_flat() -> Result<Outcome> {
     ensure!(status.success(), "trace exited with {status}");
     let fills: Vec<u64> = text?
         .lines()
-        .filter(|l| l.starts_with("maps:"))
         .filter_map(stats_fill)
         .collect();
     ensure!(
         fills.len() as u64 >= SECONDS - 2,
-        "{} interval reports with a maps line, want ≥ {}",
+        "{} interval reports with a LOCK_STATS_A row in their maps table, want ≥ {}",
         fills.len(),
         SECONDS - 2
     );
@@ -310,10 +311,12 @@ fn a_minute_of_churn_keeps_memory_flat() -> Result<Outcome> {
 }
 register!(Host a_minute_of_churn_keeps_memory_flat);
 
-/// `LOCK_STATS_A`'s fill (used entries) in one report's `maps:` line.
-fn stats_fill(maps_line: &str) -> Option<u64> {
-    let at = maps_line.find("LOCK_STATS_A ")? + "LOCK_STATS_A ".len();
-    maps_line[at..].split('/').next()?.parse().ok()
+/// Entries used of `LOCK_STATS_A`, from its row of the `--verbose` maps
+/// table ("LOCK_STATS_A  123  8192  9.3 MiB").
+fn stats_fill(line: &str) -> Option<u64> {
+    let mut cells = line.split_whitespace();
+    (cells.next()? == "LOCK_STATS_A").then_some(())?;
+    cells.next()?.parse().ok()
 }
 
 /// `VmRSS` of a process, in KiB.
