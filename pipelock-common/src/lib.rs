@@ -17,7 +17,7 @@ pub mod summary;
 pub use cpu_local::{CPU_LOCAL_LOCKS, CPU_LOCAL_PARTS, CpuLocalDetails, CpuLocalStats};
 pub use details::{DetailKey, DetailStats, HolderClock, NO_STACK, STACK_FRAMES, TaskName, detail, holder};
 pub use drops::Drop;
-pub use stats::{HIST_BUCKETS, Histogram, LockStats, hist_bucket};
+pub use stats::{BucketCount, Histogram, LockStats};
 
 /// Values of `TASK_FILTER` (bits), and of `TraceConfig::filter_tasks`.
 pub mod task_filter {

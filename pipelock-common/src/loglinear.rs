@@ -211,9 +211,10 @@ mod tests {
 
     /// The log2 histogram's estimate: the bucket's upper bound.
     fn log2(values: &[u64], q: f64) -> f64 {
-        let mut buckets = [0u64; 64];
+        // Bucket i holds durations of bit length i: [2^(i-1), 2^i).
+        let mut buckets = [0u64; 65];
         for &v in values {
-            buckets[crate::hist_bucket(v)] += 1;
+            buckets[(u64::BITS - v.leading_zeros()) as usize] += 1;
         }
         let mut rank = ((q * values.len() as f64).ceil() as u64).max(1);
         let index = buckets

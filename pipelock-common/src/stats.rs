@@ -1,10 +1,29 @@
 //! Per-lock statistics as the programs keep them and userspace reads them:
-//! counters and log2 histograms of wait and hold times.
+//! counters and log-linear histograms of wait and hold times
+//! ([`crate::loglinear`]).
+use crate::loglinear;
 
-/// Per-lock statistics (one value for all CPUs, updated with atomic adds).
+/// What a histogram bucket counts in: `u32` in the maps, where userspace
+/// drains every value within seconds (a bucket would need 4 × 10⁹ waits of
+/// one lock in one drain to wrap), at half the map memory of `u64`;
+/// `u64` in userspace, where a run's totals accumulate for months.
+pub trait BucketCount: Copy + Into<u64> {
+    const ZERO: Self;
+}
+
+impl BucketCount for u32 {
+    const ZERO: Self = 0;
+}
+
+impl BucketCount for u64 {
+    const ZERO: Self = 0;
+}
+
+/// Per-lock statistics (one value for all CPUs, updated with atomic adds),
+/// with the maps' `u32` buckets unless said otherwise.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LockStats {
+pub struct LockStats<C = u32> {
     /// Acquisitions that went to the slow path (a `contention_begin` was
     /// seen), counted by the hooked modes. Tracepoint mode leaves it 0: all
     /// it records are contended waits, so the wait histogram's count is
@@ -20,16 +39,16 @@ pub struct LockStats {
     pub dropped: u64,
     /// Lock call to acquisition, in ns: every acquisition in fentry/kprobe
     /// mode, contended ones (begin → end) in tracepoint mode.
-    pub wait: Histogram,
+    pub wait: Histogram<C>,
     /// Acquisition to release, in ns (fentry/kprobe mode only).
-    pub hold: Histogram,
+    pub hold: Histogram<C>,
     /// Hooked modes: the thread that released the lock last. A spinlock
     /// has no owner field; its contended acquirer waited for this thread.
     /// Not a figure: userspace neither sums nor shows it.
     pub last_holder: u64,
 }
 
-impl LockStats {
+impl<C: BucketCount> LockStats<C> {
     pub const EMPTY: Self = Self {
         contentions: 0,
         slept: 0,
@@ -60,29 +79,10 @@ impl LockStats {
     }
 }
 
-/// Number of log2 buckets in a [`Histogram`]: bucket `i` holds values in
-/// `[2^(i-1), 2^i)` nanoseconds (bucket 0 holds 0), so 64 buckets cover every `u64`.
-pub const HIST_BUCKETS: usize = 64;
-
-/// Log2 histogram bucket of a duration in nanoseconds.
-///
-/// Bucket 0 holds 0 ns, bucket `i >= 1` holds `[2^(i-1), 2^i)`; the last bucket
-/// also takes everything above its lower bound.
-#[inline(always)]
-pub const fn hist_bucket(value_ns: u64) -> usize {
-    // `64 - leading_zeros` is the bit length, which is exactly the bucket index.
-    let bucket = (u64::BITS - value_ns.leading_zeros()) as usize;
-    if bucket >= HIST_BUCKETS {
-        HIST_BUCKETS - 1
-    } else {
-        bucket
-    }
-}
-
 /// Aggregated timings of one kind (wait or hold) of one lock.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Histogram {
+pub struct Histogram<C = u32> {
     /// Number of recorded durations. The programs leave it 0: userspace
     /// sets it to the sum of the buckets when it reads a map
     /// ([`Histogram::count_buckets`]).
@@ -91,32 +91,31 @@ pub struct Histogram {
     pub total_ns: u64,
     /// Longest recorded duration, in nanoseconds.
     pub max_ns: u64,
-    /// Per-bucket counts; see [`hist_bucket`].
-    pub buckets: [u64; HIST_BUCKETS],
+    /// Per-bucket counts; see [`loglinear::bucket`].
+    pub buckets: [C; loglinear::BUCKETS],
 }
 
-impl Histogram {
-    /// `count` from the buckets (each recorded duration is in exactly one).
-    pub fn count_buckets(&mut self) {
-        self.count = self.buckets.iter().sum();
-    }
-
+impl<C: BucketCount> Histogram<C> {
     pub const EMPTY: Self = Self {
         count: 0,
         total_ns: 0,
         max_ns: 0,
-        buckets: [0; HIST_BUCKETS],
+        buckets: [C::ZERO; loglinear::BUCKETS],
     };
 
-    /// Records one duration (not atomic: for per-CPU values or userspace merges).
-    #[inline(always)]
+    /// `count` from the buckets (each recorded duration is in exactly one).
+    pub fn count_buckets(&mut self) {
+        self.count = self.buckets.iter().map(|&n| n.into()).sum();
+    }
+}
+
+impl Histogram<u64> {
+    /// Records one duration (not atomic: for userspace merges and tests).
     pub fn record(&mut self, value_ns: u64) {
         self.count += 1;
         self.total_ns += value_ns;
-        if value_ns > self.max_ns {
-            self.max_ns = value_ns;
-        }
-        self.buckets[hist_bucket(value_ns)] += 1;
+        self.max_ns = self.max_ns.max(value_ns);
+        self.buckets[loglinear::bucket(value_ns)] += 1;
     }
 }
 
@@ -124,7 +123,7 @@ impl Histogram {
 mod tests {
     use super::*;
 
-    fn waits(buckets: &[(usize, u64)]) -> Histogram {
+    fn waits(buckets: &[(usize, u32)]) -> Histogram {
         let mut hist = Histogram::EMPTY;
         for &(bucket, n) in buckets {
             hist.buckets[bucket] = n;
@@ -160,20 +159,8 @@ mod tests {
     }
 
     #[test]
-    fn buckets_are_bit_lengths() {
-        assert_eq!(hist_bucket(0), 0);
-        assert_eq!(hist_bucket(1), 1);
-        assert_eq!(hist_bucket(2), 2);
-        assert_eq!(hist_bucket(3), 2);
-        assert_eq!(hist_bucket(4), 3);
-        assert_eq!(hist_bucket(1023), 10);
-        assert_eq!(hist_bucket(1024), 11);
-        assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
-    }
-
-    #[test]
     fn record_tracks_count_total_max_and_bucket() {
-        let mut h = Histogram::EMPTY;
+        let mut h = Histogram::<u64>::EMPTY;
         for v in [0, 5, 5, 1000] {
             h.record(v);
         }
@@ -181,8 +168,8 @@ mod tests {
         assert_eq!(h.total_ns, 1010);
         assert_eq!(h.max_ns, 1000);
         assert_eq!(h.buckets[0], 1);
-        assert_eq!(h.buckets[3], 2);
-        assert_eq!(h.buckets[10], 1);
+        assert_eq!(h.buckets[5], 2);
+        assert_eq!(h.buckets[loglinear::bucket(1000)], 1);
         assert_eq!(h.buckets.iter().sum::<u64>(), h.count);
     }
 }

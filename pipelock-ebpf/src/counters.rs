@@ -1,6 +1,6 @@
 //! How counters and histograms inside map values are updated: atomic adds
 //! where every CPU writes the value, plain adds on a CPU's own.
-use pipelock_common::{Histogram, hist_bucket};
+use pipelock_common::{Histogram, loglinear};
 
 /// `*at += value`, atomically (BPF's `lock *(u64 *)(r + 0) += v`).
 ///
@@ -12,6 +12,17 @@ pub(crate) unsafe fn atomic_add(at: *mut u64, value: u64) {
     unsafe {
         core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(at, value)
     };
+}
+
+/// `*at += 1` on a 4-byte histogram bucket, atomically (BPF's
+/// `lock *(u32 *)(r + 0) += 1`).
+///
+/// # Safety
+/// `at` points at a live, 4-byte aligned map value.
+#[inline(always)]
+unsafe fn atomic_inc32(at: *mut u32) {
+    // SAFETY: as the caller promises.
+    unsafe { core::intrinsics::atomic_xadd::<u32, u32, { core::intrinsics::AtomicOrdering::Relaxed }>(at, 1) };
 }
 
 /// `*counter += value` on a statistics value, which every CPU updates (and,
@@ -43,6 +54,18 @@ pub(crate) fn add(counter: &mut u64, value: u64, how: Update) {
     }
 }
 
+/// `index`, with what the compiler knows of its range forgotten. A bucket
+/// index comes from a count of leading zeros, which BPF spells as bit
+/// tricks the verifier cannot bound; the compiler can, and would drop the
+/// bounds check the verifier needs before the index becomes an offset
+/// into the map value.
+#[inline(always)]
+fn forget_range(mut index: usize) -> usize {
+    // SAFETY: a register moved onto itself.
+    unsafe { core::arch::asm!("{0} = {0}", inout(reg) index, options(pure, nomem, nostack, preserves_flags)) };
+    index
+}
+
 /// Adds one duration to a histogram every CPU updates.
 #[inline(always)]
 pub(crate) fn record(hist: &mut Histogram, ns: u64) {
@@ -61,7 +84,12 @@ pub(crate) fn record_as(hist: &mut Histogram, ns: u64, how: Update) {
     if ns > hist.max_ns {
         hist.max_ns = ns;
     }
-    if let Some(slot) = hist.buckets.get_mut(hist_bucket(ns)) {
-        add(slot, 1, how);
+    if let Some(slot) = hist.buckets.get_mut(forget_range(loglinear::bucket(ns))) {
+        if how == Update::Here {
+            *slot += 1;
+        } else {
+            // SAFETY: a live, aligned map value.
+            unsafe { atomic_inc32(slot) };
+        }
     }
 }

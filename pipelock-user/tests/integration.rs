@@ -651,42 +651,38 @@ fn own_comm() -> Result<String> {
     Ok(name.chars().take(15).collect())
 }
 
-/// A row's reported count, p50 and p99 of `kind` ("wait" or "hold") against
-/// its own log2 buckets, recomputed here: the counts add up, and each
-/// percentile is the upper edge of the bucket its rank falls in (clamped to
-/// the maximum), as README states.
+/// A row's reported count and percentiles of `kind` ("wait" or "hold")
+/// against its own log-linear buckets, recomputed here: the counts add up,
+/// and each percentile is the midpoint of the bucket its rank falls in
+/// (clamped to the maximum), as the manual states.
 fn check_percentiles(row: &serde_json::Value, kind: &str) -> Result<()> {
+    use pipelock_common::loglinear;
     let timing = &row[kind];
     let count = timing["count"]
         .as_u64()
         .with_context(|| format!("no {kind} count: {row}"))?;
     let max = timing["max_ns"].as_u64().context("no max")?;
-    let buckets: Vec<(u64, u64)> = timing["buckets"]
-        .as_array()
-        .context("no buckets")?
-        .iter()
-        .map(|b| (b[0].as_u64().unwrap_or(u64::MAX), b[1].as_u64().unwrap_or(0)))
-        .collect();
+    let mut buckets = vec![0u64; loglinear::BUCKETS];
+    for pair in timing["buckets"].as_array().context("no buckets")? {
+        let (lower, n) = (pair[0].as_u64().context("bucket")?, pair[1].as_u64().context("count")?);
+        ensure!(
+            loglinear::lower(loglinear::bucket(lower)) == lower,
+            "{kind} bucket {lower} is not a bucket's lower bound: {row}"
+        );
+        buckets[loglinear::bucket(lower)] += n;
+    }
     ensure!(
-        buckets.iter().map(|(_, n)| n).sum::<u64>() == count,
+        buckets.iter().sum::<u64>() == count,
         "{kind} buckets do not add up to its count: {row}"
     );
-    for (q, field) in [(0.5, "p50_ns"), (0.99, "p99_ns")] {
-        let rank = ((q * count as f64).ceil() as u64).clamp(1, count);
-        let mut seen = 0;
-        let (low, _) = buckets
-            .iter()
-            .find(|(_, n)| {
-                seen += n;
-                seen >= rank
-            })
-            .context("rank beyond the buckets")?;
-        let upper = if *low == 0 { 0 } else { 2 * low - 1 };
+    for (q, field) in [(0.5, "p50_ns"), (0.9, "p90_ns"), (0.99, "p99_ns"), (0.999, "p999_ns")] {
+        let want = loglinear::percentile(&buckets, max, q)
+            .map(|p| p.ns.round() as u64)
+            .context("no percentile")?;
         ensure!(
-            timing[field].as_u64() == Some(upper.min(max)),
-            "{kind} {field} {} is not the bucket bound {}: {row}",
+            timing[field].as_u64() == Some(want),
+            "{kind} {field} {} is not the bucket's midpoint {want}: {row}",
             timing[field],
-            upper.min(max)
         );
     }
     Ok(())

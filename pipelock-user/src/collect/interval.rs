@@ -45,7 +45,7 @@ pub struct RunningTotal {
     /// The tick each lock of `stats` was last active in.
     last_seen: HashMap<LockKey, u64>,
     /// Locks folded out of `stats`, by class: (how many, their sum).
-    pub retired: BTreeMap<Option<LockClass>, (u64, LockStats)>,
+    pub retired: BTreeMap<Option<LockClass>, (u64, LockStats<u64>)>,
     /// Identities of the locks in `stats` (the kernel's maps give each once).
     pub known: Identities,
     ticks: u64,
@@ -249,7 +249,7 @@ mod tests {
 
     use super::*;
 
-    fn contended(n: u64) -> LockStats {
+    fn contended(n: u64) -> LockStats<u64> {
         LockStats {
             contentions: n,
             ..LockStats::EMPTY

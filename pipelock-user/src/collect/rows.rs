@@ -15,7 +15,7 @@ use crate::{
 
 /// The row of the locks of one class a long trace folded together (the
 /// longest idle, beyond the number of locks it tracks one by one).
-pub fn retired(class: Option<LockClass>, count: u64, stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
+pub fn retired(class: Option<LockClass>, count: u64, stats: &LockStats<u64>, mode: &str, hooked: bool) -> LockRow {
     LockRow {
         class,
         name: format!("({count} retired locks, idle longest)"),
@@ -24,7 +24,7 @@ pub fn retired(class: Option<LockClass>, count: u64, stats: &LockStats, mode: &s
 }
 
 /// A row's figures; what the lock is, the caller fills in.
-fn measured(stats: &LockStats, mode: &str, hooked: bool) -> LockRow {
+fn measured(stats: &LockStats<u64>, mode: &str, hooked: bool) -> LockRow {
     LockRow {
         class: None,
         lock_addr: 0,

@@ -326,7 +326,8 @@ pub(crate) mod tests {
         let json = serde_json::to_value(sample()).unwrap();
         assert_eq!(
             json["locks"][0]["wait"]["buckets"],
-            serde_json::json!([[64, 1], [128, 1], [2048, 1]])
+            // 100, 200 and 4000 ns: the log-linear buckets' lower bounds.
+            serde_json::json!([[96, 1], [192, 1], [3840, 1]])
         );
         assert!(json["locks"][0]["hold"].is_null());
         assert_eq!(json["totals"][0]["contentions"], 3);

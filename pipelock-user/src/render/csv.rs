@@ -18,12 +18,16 @@ struct CsvRow<'a> {
     wait_total_ns: Option<u64>,
     wait_avg_ns: Option<u64>,
     wait_p50_ns: Option<u64>,
+    wait_p90_ns: Option<u64>,
     wait_p99_ns: Option<u64>,
+    wait_p999_ns: Option<u64>,
     wait_max_ns: Option<u64>,
     hold_total_ns: Option<u64>,
     hold_avg_ns: Option<u64>,
     hold_p50_ns: Option<u64>,
+    hold_p90_ns: Option<u64>,
     hold_p99_ns: Option<u64>,
+    hold_p999_ns: Option<u64>,
     hold_max_ns: Option<u64>,
     dropped: Option<u64>,
     holder_on_cpu_ns: Option<u64>,
@@ -37,7 +41,7 @@ struct CsvRow<'a> {
 }
 
 /// The CSV columns, in order (`--interval` files put `timestamp` first).
-pub const CSV_COLUMNS: [&str; 28] = [
+pub const CSV_COLUMNS: [&str; 32] = [
     "class",
     "lock_addr",
     "pipe_ino",
@@ -50,12 +54,16 @@ pub const CSV_COLUMNS: [&str; 28] = [
     "wait_total_ns",
     "wait_avg_ns",
     "wait_p50_ns",
+    "wait_p90_ns",
     "wait_p99_ns",
+    "wait_p999_ns",
     "wait_max_ns",
     "hold_total_ns",
     "hold_avg_ns",
     "hold_p50_ns",
+    "hold_p90_ns",
     "hold_p99_ns",
+    "hold_p999_ns",
     "hold_max_ns",
     "dropped",
     "holder_on_cpu_ns",
@@ -195,12 +203,16 @@ pub fn csv_block(report: &TraceReport, timestamp: Option<&str>, header: bool) ->
             wait_total_ns: w.map(|t| t.total_ns),
             wait_avg_ns: w.map(|t| t.avg_ns),
             wait_p50_ns: w.map(|t| t.p50_ns),
+            wait_p90_ns: w.map(|t| t.p90_ns),
             wait_p99_ns: w.map(|t| t.p99_ns),
+            wait_p999_ns: w.map(|t| t.p999_ns),
             wait_max_ns: w.map(|t| t.max_ns),
             hold_total_ns: h.map(|t| t.total_ns),
             hold_avg_ns: h.map(|t| t.avg_ns),
             hold_p50_ns: h.map(|t| t.p50_ns),
+            hold_p90_ns: h.map(|t| t.p90_ns),
             hold_p99_ns: h.map(|t| t.p99_ns),
+            hold_p999_ns: h.map(|t| t.p999_ns),
             hold_max_ns: h.map(|t| t.max_ns),
             dropped: row.dropped,
             holder_on_cpu_ns: row.holder.holder_on_cpu_ns,
@@ -227,11 +239,11 @@ mod tests {
         assert_eq!(
             csv,
             "class,lock_addr,pipe_ino,name,comms,mode,acquisitions,contentions,spin_only,wait_total_ns,\
-             wait_avg_ns,wait_p50_ns,wait_p99_ns,wait_max_ns,hold_total_ns,hold_avg_ns,hold_p50_ns,\
-             hold_p99_ns,hold_max_ns,dropped,holder_on_cpu_ns,holder_runnable_ns,holder_sleeping_ns,\
+             wait_avg_ns,wait_p50_ns,wait_p90_ns,wait_p99_ns,wait_p999_ns,wait_max_ns,hold_total_ns,\
+             hold_avg_ns,hold_p50_ns,hold_p90_ns,hold_p99_ns,hold_p999_ns,hold_max_ns,dropped,holder_on_cpu_ns,holder_runnable_ns,holder_sleeping_ns,\
              top_owner,top_owner_wait_ns,hold_on_cpu_ns,hold_runnable_ns,hold_sleeping_ns\n\
              pipe-mutex,0xffff888001234000,4242,pipe:[4242],herd(10) herd(11),tracepoint (tp_btf),,3,1,\
-             4300,1433,255,4000,4000,,,,,,2,,,,,,,,\n"
+             4300,1433,200,3968,3968,3968,4000,,,,,,,,2,,,,,,,,\n"
         );
     }
 

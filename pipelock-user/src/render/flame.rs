@@ -101,8 +101,11 @@ mod tests {
             total_ns: wait_ns,
             avg_ns: wait_ns,
             p50_ns: wait_ns,
+            p90_ns: wait_ns,
             p99_ns: wait_ns,
+            p999_ns: wait_ns,
             max_ns: wait_ns,
+            percentile_error: Some(0.0),
             buckets: Vec::new(),
         });
         row.callers = callers

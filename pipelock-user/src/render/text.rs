@@ -110,7 +110,7 @@ fn lock_table(report: &TraceReport, top: usize) -> String {
             report.locks.len() - top
         ));
     }
-    // Where the percentiles are read: p50 = p99 is often one bucket.
+    // Said where the percentiles are read.
     out.push_str(&report.percentile_resolution);
     out.push('\n');
     let left_out: Vec<&str> = [

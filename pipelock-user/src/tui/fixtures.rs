@@ -26,7 +26,7 @@ pub fn key(code: KeyCode) -> KeyEvent {
 }
 
 fn timing(values: &[u64]) -> Option<Timing> {
-    let mut h = Histogram::EMPTY;
+    let mut h = Histogram::<u64>::EMPTY;
     values.iter().for_each(|v| h.record(*v));
     Timing::from_hist(&h)
 }

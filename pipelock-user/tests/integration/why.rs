@@ -177,15 +177,26 @@ fn faulting_round(
     Ok(())
 }
 
-/// Helper mode: `integration --uffd-holder ROUNDS FILE` writes "INO TID"
-/// (the pipe, the holder thread) to FILE, then ROUNDS times: the holder
-/// writes a page into the pipe from a userfaultfd-registered buffer, so
-/// `pipe_write` faults with the pipe mutex held; once the fault is in, two
-/// writers write to the same pipe (they wait for the mutex); the handler
-/// resolves the fault 50 ms after it arrived; the pipe is drained.
+/// Helper mode: `integration --uffd-holder ROUNDS [--fault-ms MS,…] FILE`
+/// writes "INO TID" (the pipe, the holder thread) to FILE, then ROUNDS
+/// times: the holder writes a page into the pipe from a
+/// userfaultfd-registered buffer, so `pipe_write` faults with the pipe
+/// mutex held; once the fault is in, two writers write to the same pipe
+/// (they wait for the mutex); the handler resolves the fault 50 ms (or
+/// round i: the i-th of `--fault-ms`, cycled) after it arrived; the pipe is
+/// drained.
 pub(super) fn uffd_holder(args: &[String]) -> ! {
     let run = || -> Result<()> {
         let rounds: u32 = args.first().context("ROUNDS")?.parse()?;
+        let fault_ms: Vec<u64> = match args.iter().position(|a| a == "--fault-ms") {
+            Some(at) => args
+                .get(at + 1)
+                .context("--fault-ms MS,…")?
+                .split(',')
+                .map(str::parse)
+                .collect::<std::result::Result<_, _>>()?,
+            None => vec![FAULT_MS],
+        };
         let (read, write, ino) = new_pipe()?;
         let page = Arc::new(FaultingPage::new()?);
         let (fd, page_addr) = (write.as_raw_fd(), page.page as usize);
@@ -201,12 +212,12 @@ pub(super) fn uffd_holder(args: &[String]) -> ! {
             Ok(())
         });
         let holder_tid = tid_rx.recv()?;
-        fs::write(args.get(1).context("FILE")?, format!("{ino} {holder_tid}"))?;
-        for _ in 0..rounds {
+        fs::write(args.last().context("FILE")?, format!("{ino} {holder_tid}"))?;
+        for round in 0..rounds as usize {
             faulting_round(&page, &go_tx, &done_rx, (fd, read.as_raw_fd()), || {
                 // The fault came in just now; the holder sleeps in it, the
                 // writers wait for the mutex.
-                std::thread::sleep(Duration::from_millis(FAULT_MS));
+                std::thread::sleep(Duration::from_millis(fault_ms[round % fault_ms.len()]));
                 Ok(())
             })?;
         }
@@ -447,6 +458,72 @@ fn sleeping_holder_in(mode: &str) -> Result<()> {
     );
     Ok(())
 }
+
+/// Waits whose lengths are known in advance read back as their
+/// percentiles, within the bound the report states: ten rounds whose
+/// holder sleeps 20, 25, … 65 ms in a fault with the pipe mutex held, two
+/// writers waiting out each, so the p50 is the 10th of 20 waits (the 40 ms
+/// round's) and the p90 the 18th (the 60 ms round's). Each wait lasts its
+/// fault, give or take what waking the waiter takes, which the longest wait
+/// (the 65 ms round's; a maximum is exact) measures. Log2 buckets would
+/// have read the p50 as 67 ms, clamped to that maximum.
+fn known_waits_read_back_as_their_percentiles() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    const MS: u64 = 1_000_000;
+    let faults: Vec<u64> = (0..10).map(|i| 20 + 5 * i).collect();
+    let list = faults.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let (report, facts) = trace_helper(
+        "uffd-percentiles",
+        &["--mode", "tracepoint", "--class", "pipe-mutex"],
+        &["--uffd-holder", "10", "--fault-ms", &list],
+    )?;
+    let (ino, _) = ino_and_tid(&facts)?;
+    let row = report["locks"]
+        .as_array()
+        .context("no locks")?
+        .iter()
+        .find(|l| l["class"] == "pipe-mutex" && l["pipe_ino"] == ino)
+        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", report["locks"]))?;
+    let wait = &row["wait"];
+    ensure!(
+        ns(wait, "count")? == 20,
+        "{} waits, want 2 a round: {wait}",
+        wait["count"]
+    );
+    let bound = wait["percentile_error"]
+        .as_f64()
+        .with_context(|| format!("no error bound: {wait}"))?;
+    ensure!(bound <= 0.0625, "the stated bound {bound} is over 6.25 %");
+    let max = ns(wait, "max_ns")?;
+    ensure!(max >= 65 * MS, "the longest wait {max} ns is shorter than its 65 ms fault");
+    let wake = max - 65 * MS;
+    for (q, field) in [(0.5, "p50_ns"), (0.9, "p90_ns")] {
+        let rank = (q * 20.0f64).ceil() as usize;
+        let fault = faults[(rank - 1) / 2] * MS;
+        let low = (fault - MS) as f64 * (1.0 - bound);
+        let high = (fault + wake) as f64 * (1.0 + bound);
+        let got = ns(wait, field)? as f64;
+        ensure!(
+            (low..=high).contains(&got),
+            "{field} {:.2} ms, want {:.2}..{:.2} ms (the {} ms round's wait within {:.2} %): {wait}",
+            got / 1e6,
+            low / 1e6,
+            high / 1e6,
+            fault / MS,
+            bound * 100.0
+        );
+        println!(
+            "  {field} {:.2} ms for the {} ms round (waking took up to {:.2} ms)",
+            got / 1e6,
+            fault / MS,
+            wake as f64 / 1e6
+        );
+    }
+    Ok(Outcome::Passed)
+}
+register!(Kernel known_waits_read_back_as_their_percentiles);
 
 /// A holder woken with the mutex held while a SCHED_FIFO task keeps its
 /// CPU for 50 ms: the writers' waits for it (and, hooked, its holds) are

@@ -6,9 +6,13 @@
 //! marking what changed.
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use pipelock_common::{Histogram, loglinear};
+use serde::{Deserialize as _, Serialize};
 
-use crate::workload::stats::{Difference, Summary, runs_needed, welch_t_test};
+use crate::{
+    model::{Timing, timing::merge},
+    workload::stats::{Difference, Summary, runs_needed, welch_t_test},
+};
 
 /// Significance level of the marks in the table.
 pub const ALPHA: f64 = 0.05;
@@ -23,60 +27,33 @@ fn u(value: &serde_json::Value) -> f64 {
     value.as_f64().unwrap_or(0.0)
 }
 
-/// Upper bound (ns) of the bucket holding the `q` quantile of log2 buckets
-/// given as `[[lower bound, count], …]`; with their total count.
-fn quantile(buckets: &[(u64, u64)], q: f64) -> Option<f64> {
-    let total: u64 = buckets.iter().map(|(_, n)| n).sum();
-    if total == 0 {
-        return None;
-    }
-    let rank = ((q * total as f64).ceil() as u64).max(1);
-    let mut seen = 0;
-    let mut sorted = buckets.to_vec();
-    sorted.sort_unstable();
-    for (lower, n) in sorted {
-        seen += n;
-        if seen >= rank {
-            // Bucket 0 holds 0 ns exactly; bucket [l, 2l) ends at 2l - 1.
-            return Some(if lower == 0 { 0.0 } else { (lower * 2 - 1) as f64 });
-        }
-    }
-    None
-}
-
 /// A class's timings (wait or hold) merged over its rows.
-#[derive(Default)]
-struct Merged {
-    count: u64,
-    total_ns: u64,
-    buckets: BTreeMap<u64, u64>,
+struct Merged(Box<Histogram<u64>>);
+
+impl Default for Merged {
+    fn default() -> Self {
+        Self(Box::new(Histogram::EMPTY))
+    }
 }
 
 impl Merged {
     fn add(&mut self, timing: &serde_json::Value) {
-        if timing.is_null() {
-            return;
-        }
-        self.count += timing["count"].as_u64().unwrap_or(0);
-        self.total_ns += timing["total_ns"].as_u64().unwrap_or(0);
-        for pair in timing["buckets"].as_array().into_iter().flatten() {
-            if let (Some(lower), Some(n)) = (pair[0].as_u64(), pair[1].as_u64()) {
-                *self.buckets.entry(lower).or_default() += n;
-            }
+        if let Ok(timing) = Timing::deserialize(timing) {
+            merge(&mut self.0, &timing.to_hist());
         }
     }
 
     fn figures(&self, class: &str, what: &str, into: &mut Figures) {
-        if self.count == 0 {
+        let hist = &self.0;
+        if hist.count == 0 {
             return;
         }
         into.insert(
             format!("{class} {what} avg (ns)"),
-            self.total_ns as f64 / self.count as f64,
+            hist.total_ns as f64 / hist.count as f64,
         );
-        let buckets: Vec<(u64, u64)> = self.buckets.iter().map(|(l, n)| (*l, *n)).collect();
-        if let Some(p99) = quantile(&buckets, 0.99) {
-            into.insert(format!("{class} {what} p99 (ns, bucket bound)"), p99);
+        if let Some(p99) = loglinear::percentile(&hist.buckets, hist.max_ns, 0.99) {
+            into.insert(format!("{class} {what} p99 (ns)"), p99.ns);
         }
     }
 }
@@ -359,8 +336,10 @@ mod tests {
             "runs": [{"value": lps, "details": {"operations": pairs, "operation": "write+read pair"}}],
             "trace": {"locks": [
                 {"class": "pipe-mutex", "acquisitions": 2 * pairs, "contentions": 0,
-                 "wait": {"count": 2 * pairs, "total_ns": 0, "buckets": [[0, 2 * pairs]]},
-                 "hold": {"count": 2 * pairs, "total_ns": 2000 * pairs, "buckets": [[512, 2 * pairs]]}},
+                 "wait": {"count": 2 * pairs, "total_ns": 0, "avg_ns": 0, "p50_ns": 0, "p99_ns": 0,
+                          "max_ns": 0, "buckets": [[0, 2 * pairs]]},
+                 "hold": {"count": 2 * pairs, "total_ns": 2000 * pairs, "avg_ns": 1000, "p50_ns": 992,
+                          "p99_ns": 992, "max_ns": 1020, "buckets": [[960, 2 * pairs]]}},
                 {"class": "pipe-rd-wait", "acquisitions": rd * pairs, "contentions": 1,
                  "wait": null, "hold": null}
             ]}
@@ -374,7 +353,8 @@ mod tests {
         assert_eq!(f["pipe-mutex acquisitions per write+read pair"], 2.0);
         assert_eq!(f["pipe-rd-wait acquisitions per write+read pair"], 3.0);
         assert_eq!(f["pipe-mutex hold avg (ns)"], 1000.0);
-        assert_eq!(f["pipe-mutex hold p99 (ns, bucket bound)"], 1023.0);
+        // The midpoint of the bucket 960..1023 ns.
+        assert_eq!(f["pipe-mutex hold p99 (ns)"], 991.5);
         assert!(!f.contains_key("pipe-rd-wait wait avg (ns)"));
         assert!(figures(&json!({"workload": "x", "runs": []})).is_err());
     }
