@@ -23,6 +23,8 @@ pub enum Format {
     Folded,
     /// A flame graph SVG.
     FlameGraph,
+    /// A self-contained HTML page.
+    Html,
 }
 
 impl Outputs {

@@ -58,6 +58,8 @@ mod owners;
 mod perf;
 #[path = "integration/probe.rs"]
 mod probe;
+#[path = "integration/report.rs"]
+mod report;
 #[path = "integration/serve.rs"]
 mod serve;
 #[path = "integration/soak.rs"]

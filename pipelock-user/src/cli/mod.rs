@@ -97,6 +97,20 @@ pub enum Command {
         /// The result to compare ("after").
         b: PathBuf,
     },
+    /// Draw a result file of `trace`, `run` or `ab` (`--json`) as one
+    /// self-contained HTML page: wait and hold distributions of the
+    /// busiest locks, their percentiles, what owners were doing; for `ab`,
+    /// both kernels' distributions overlaid and the comparison.
+    Report {
+        /// The result file (`trace --json`, `run --json`, `ab --json`).
+        result: PathBuf,
+        /// Where to write the page.
+        #[arg(long, value_name = "FILE")]
+        html: PathBuf,
+        /// Locks drawn (busiest by wait first).
+        #[arg(long, value_name = "N", default_value_t = 8)]
+        top: usize,
+    },
     /// For packagers: write the man pages or shell completions into DIR.
     #[command(hide = true)]
     Generate {
@@ -219,7 +233,7 @@ pub struct TraceArgs {
     /// With --interval: each report covers only its own interval.
     #[arg(long, requires = "interval")]
     pub reset: bool,
-    /// Also print each shown lock's wait and hold log2 histograms.
+    /// Also print each shown lock's wait and hold histograms (by powers of two) and percentiles.
     #[arg(long)]
     pub hist: bool,
     /// Also list each of pipelock's kernel maps: entries used, capacity, memory.
@@ -247,6 +261,10 @@ pub struct TraceArgs {
     /// Draw the same as a flame graph SVG (implies --callers).
     #[arg(long, value_name = "FILE")]
     pub flamegraph: Option<PathBuf>,
+    /// Write a self-contained HTML page: the busiest locks' wait and hold
+    /// distributions, percentiles and owners' states (as `pipelock report`).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// A command to run while tracing; tracing stops when it exits.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,

@@ -5,6 +5,7 @@ pub mod compare;
 pub mod generate;
 pub mod overhead;
 pub mod probe;
+pub mod report;
 pub mod run;
 pub mod serve;
 pub mod top;
@@ -56,6 +57,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         }),
         Command::AbEmit { nonce, name, file } => ab::emit(&nonce, &name, &file),
         Command::Generate { what } => generate::run(&what),
+        Command::Report { result, html, top } => report::run(&result, &html, top),
         Command::Compare { a, b } => {
             print!("{}", compare::compare(&a, &b)?);
             Ok(())

@@ -55,6 +55,7 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         ),
         (args.folded.as_deref(), Format::Folded),
         (args.flamegraph.as_deref(), Format::FlameGraph),
+        (args.html.as_deref(), Format::Html),
     ])?;
     let bodies = if args.empty_programs {
         HookBodies::Empty
@@ -134,6 +135,14 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
         Format::Csv => render::to_csv(&report).map_err(io::Error::other),
         Format::Folded => Ok(render::flame::folded(&report).into_bytes()),
         Format::FlameGraph => render::flame::flamegraph(&report),
+        Format::Html => Ok(render::html::render_html(
+            &render::html::Page::Trace {
+                report: &report,
+                workload: None,
+            },
+            args.top,
+        )
+        .into_bytes()),
     })?;
     if interrupt::interrupted() {
         // The report is out; the conventional status for SIGINT.

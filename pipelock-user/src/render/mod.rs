@@ -1,11 +1,12 @@
-//! Views of the model as text tables, CSV, terminal histograms and flame
-//! graphs (JSON is the model's own serde form). Pure functions of model
+//! Views of the model as text tables, CSV, terminal histograms, flame
+//! graphs and HTML pages (JSON is the model's own serde form). Pure functions of model
 //! values.
 pub mod callers;
 pub mod csv;
 pub mod flame;
 pub mod header;
 pub mod histogram;
+pub mod html;
 pub mod metrics;
 pub mod owners;
 pub mod text;

@@ -79,7 +79,7 @@ pub const COLUMNS: &[(&str, &str)] = &[
     ("processes", "comm(pid) of each process seen on the lock"),
     (
         "-",
-        "measured, but nothing this interval; p99 is the log2 bucket's upper bound",
+        "measured, but nothing this interval; p99 is within ±6.25 % of the true value",
     ),
 ];
 

@@ -617,7 +617,7 @@ mod tests {
         );
         assert!(text.contains("wait since start (2 samples)"), "{text}");
         assert!(text.contains("hold since start (2 samples)"), "{text}");
-        assert!(text.contains("256 -> 511"), "log2 bucket lines: {text}");
+        assert!(text.contains("256 -> 511"), "power-of-two bucket lines: {text}");
         assert!(text.contains("contended per interval"), "{text}");
         assert!(
             text.contains("held by (owners: cpu 10% run 0% sleep 90%)"),

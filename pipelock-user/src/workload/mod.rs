@@ -217,7 +217,7 @@ pub fn run_then(
         crate::output::Format::Json => serde_json::to_vec_pretty(&report).map_err(std::io::Error::other),
         crate::output::Format::Csv => report::to_csv(&report).map_err(std::io::Error::other),
         // Not asked for above: a run's results have no call stacks.
-        crate::output::Format::Folded | crate::output::Format::FlameGraph => {
+        crate::output::Format::Folded | crate::output::Format::FlameGraph | crate::output::Format::Html => {
             Err(std::io::Error::other("not a format of run results"))
         }
     })?;

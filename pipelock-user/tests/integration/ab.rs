@@ -94,7 +94,9 @@ fn ab_shows_the_rd_wait_change_between_6_1_and_6_18() -> Result<Outcome> {
     ])?;
     ensure!(code == Some(0), "ab: {code:?}: {}", error_line(&stderr));
     let report: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
+    let page = ab_page_shows_both_kernels(&json, &report);
     let _ = fs::remove_file(&json);
+    let page = page?;
     let row = |metric: &str| -> Result<&serde_json::Value> {
         report["table"]
             .as_array()
@@ -127,6 +129,7 @@ fn ab_shows_the_rd_wait_change_between_6_1_and_6_18() -> Result<Outcome> {
         "3 raw runs of A"
     );
     ensure!(stdout.contains("%change"), "no table printed: {stdout}");
+    println!("  report --html: {page}");
     println!(
         "  rd_wait.lock per pair {a:.2} → {b:.2} (significant), pipe mutex {ma:.2} → {mb:.2}, in {:.0} s",
         started.elapsed().as_secs_f64()
@@ -134,6 +137,39 @@ fn ab_shows_the_rd_wait_change_between_6_1_and_6_18() -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 register!(Host ab_shows_the_rd_wait_change_between_6_1_and_6_18);
+
+/// `pipelock report --html` of an `ab` result: each row of the table with
+/// the JSON's means, both kernels' bars on screen in Chromium.
+fn ab_page_shows_both_kernels(json: &Path, report: &serde_json::Value) -> Result<String> {
+    let page = scratch("ab.html");
+    let drawn = run(pipelock().arg("report").arg(json).arg("--html").arg(&page))?;
+    ensure!(drawn.status.success(), "report: {}", text(&drawn.stderr));
+    let html = fs::read_to_string(&page)?;
+    let rows = report["table"].as_array().context("no table")?;
+    for row in rows {
+        let metric = row["metric"].as_str().context("metric")?;
+        let at = html
+            .find(&format!("data-metric=\"{metric}\""))
+            .with_context(|| format!("no {metric} row on the page"))?;
+        let cells = &html[at..];
+        for side in ["a", "b"] {
+            let shown: f64 = cells
+                .split(&format!("data-field=\"{side}\" data-value=\""))
+                .nth(1)
+                .and_then(|v| v.split('"').next())
+                .context("no value")?
+                .parse()?;
+            let want = row[side]["mean"].as_f64().context("mean")?;
+            ensure!(shown == want, "{metric}: the page shows {side} = {shown}, the JSON {want}");
+        }
+    }
+    let shot = report::rendered(&page, "report-ab.png", &[report::BAR_A, report::BAR_B]);
+    let _ = fs::remove_file(&page);
+    Ok(match shot? {
+        Some(line) => format!("{} rows as in the JSON; {line}", rows.len()),
+        None => format!("{} rows as in the JSON; no chromium to open it (skipped)", rows.len()),
+    })
+}
 
 /// Each failure is one line and exit 1, with no qemu left: a file that is
 /// not a kernel, a truncated kernel that cannot boot, a command that fails

@@ -19,6 +19,20 @@ pub(super) struct Shot {
     pub warm_share: f64,
     /// The page's console lines (`console.log`, uncaught errors).
     pub console: Vec<String>,
+    /// Every pixel, as red, green, blue.
+    pub pixels: Vec<[u8; 3]>,
+}
+
+impl Shot {
+    /// Share of the pixels `colour` says yes to.
+    pub fn share(&self, colour: impl Fn([u8; 3]) -> bool) -> f64 {
+        self.pixels.iter().filter(|p| colour(**p)).count() as f64 / self.pixels.len().max(1) as f64
+    }
+}
+
+/// A pixel within `tolerance` of `want` in each channel.
+pub(super) fn near(want: [u8; 3], tolerance: u8) -> impl Fn([u8; 3]) -> bool {
+    move |p| p.iter().zip(want).all(|(a, b)| a.abs_diff(b) <= tolerance)
 }
 
 fn warm(r: u8, g: u8, b: u8) -> bool {
@@ -79,5 +93,6 @@ pub(super) fn screenshot(page: &Path, png: &Path, width: u32, height: u32) -> Re
         png: png.to_owned(),
         warm_share: warm_pixels as f64 / total.max(1) as f64,
         console,
+        pixels: pixels.chunks_exact(channels).map(|p| [p[0], p[1], p[2]]).collect(),
     }))
 }

@@ -215,9 +215,20 @@ fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
         kernel.waits,
         trace.lines().take(20).collect::<Vec<_>>().join("\n")
     );
-    // The two read the owner word one after the other at the same begin:
-    // an owner can change in between, rarely.
-    let slack = skipped + kernel.waits / 100;
+    // A share of a handful of waits says nothing (Debian's 6.12 under TCG
+    // contends the herd's mutex a few times only).
+    if kernel.waits < 20 {
+        return Ok(Outcome::Skipped(format!(
+            "{mode}: the herd contended the mutex {} times here, too few to compare a share",
+            kernel.waits
+        )));
+    }
+    // The two read the owner word one after the other at the same begin
+    // (the probe first): an owner can let go in between, so pipelock can
+    // see none where the probe saw one. Under TCG a vCPU switch falls
+    // between the two reads now and then: 1 or 2 of 28–56 waits on
+    // Debian's 6.12. The share must agree within 2 points (at least 2 waits).
+    let slack = skipped + (kernel.waits / 50).max(2);
     ensure!(
         unknown.abs_diff(kernel.unowned) <= slack,
         "pipelock has {unknown} waits with no owner known (and {known} with one), the kernel {} of {} \

@@ -464,9 +464,16 @@ fn sleeping_holder_in(mode: &str) -> Result<()> {
 /// holder sleeps 20, 25, … 65 ms in a fault with the pipe mutex held, two
 /// writers waiting out each, so the p50 is the 10th of 20 waits (the 40 ms
 /// round's) and the p90 the 18th (the 60 ms round's). Each wait lasts its
-/// fault, give or take what waking the waiter takes, which the longest wait
-/// (the 65 ms round's; a maximum is exact) measures. Log2 buckets would
-/// have read the p50 as 67 ms, clamped to that maximum.
+/// fault, less up to [`LATE_START`] (a writer's thread starts, then
+/// blocks, while the fault's time already runs), plus what waking the
+/// waiter takes, which the longest wait (the 65 ms round's; a maximum is
+/// exact) measures. Log2 buckets would have read the p50 as 67 ms, clamped
+/// to that maximum.
+/// How late a writer can start waiting after its round's fault began: its
+/// thread is spawned just before the fault's time starts, and under TCG on
+/// a busy host it ran 0.1 ms late.
+const LATE_START: u64 = 5_000_000;
+
 fn known_waits_read_back_as_their_percentiles() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
@@ -497,12 +504,15 @@ fn known_waits_read_back_as_their_percentiles() -> Result<Outcome> {
         .with_context(|| format!("no error bound: {wait}"))?;
     ensure!(bound <= 0.0625, "the stated bound {bound} is over 6.25 %");
     let max = ns(wait, "max_ns")?;
-    ensure!(max >= 65 * MS, "the longest wait {max} ns is shorter than its 65 ms fault");
-    let wake = max - 65 * MS;
+    ensure!(
+        max + LATE_START >= 65 * MS,
+        "the longest wait {max} ns is shorter than its 65 ms fault"
+    );
+    let wake = max.saturating_sub(65 * MS);
     for (q, field) in [(0.5, "p50_ns"), (0.9, "p90_ns")] {
         let rank = (q * 20.0f64).ceil() as usize;
         let fault = faults[(rank - 1) / 2] * MS;
-        let low = (fault - MS) as f64 * (1.0 - bound);
+        let low = (fault - LATE_START) as f64 * (1.0 - bound);
         let high = (fault + wake) as f64 * (1.0 + bound);
         let got = ns(wait, field)? as f64;
         ensure!(

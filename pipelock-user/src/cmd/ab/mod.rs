@@ -45,7 +45,6 @@ pub struct Options {
     pub detect_percent: f64,
 }
 
-/// What a result file of `ab --json` holds.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +65,7 @@ mod tests {
     }
 }
 
+/// What a result file of `ab --json` holds (`pipelock report` reads it).
 #[derive(Serialize)]
 struct AbReport<'a> {
     command: &'a [String],

@@ -52,8 +52,18 @@ impl Merged {
             format!("{class} {what} avg (ns)"),
             hist.total_ns as f64 / hist.count as f64,
         );
-        if let Some(p99) = loglinear::percentile(&hist.buckets, hist.max_ns, 0.99) {
-            into.insert(format!("{class} {what} p99 (ns)"), p99.ns);
+        percentiles(hist, &format!("{class} {what}"), into);
+    }
+}
+
+/// The p50 and p99 of a histogram as `{label} p50 (ns)` and `{label} p99
+/// (ns)`: each run gives one, and the runs of a kernel are compared like
+/// any other figure (Welch's interval over the per-run values), so a
+/// change in the tail is marked only when its interval excludes zero.
+fn percentiles(hist: &Histogram<u64>, label: &str, into: &mut Figures) {
+    for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+        if let Some(p) = loglinear::percentile(&hist.buckets, hist.max_ns, q) {
+            into.insert(format!("{label} {name} (ns)"), p.ns);
         }
     }
 }
@@ -129,6 +139,17 @@ pub fn figures(result: &serde_json::Value) -> Result<Figures, String> {
         }
         wait.figures(class, "wait", &mut out);
         hold.figures(class, "hold", &mut out);
+        // The class's lock with the most wait: a run's pipe is a new one
+        // each time, so it is known by its rank, not its name.
+        let busiest = rows
+            .iter()
+            .filter_map(|r| Timing::deserialize(&r["wait"]).ok())
+            .max_by_key(|t| t.total_ns);
+        if rows.len() > 1
+            && let Some(timing) = busiest
+        {
+            percentiles(&timing.to_hist(), &format!("{class} busiest lock wait"), &mut out);
+        }
         let states = ["holder_on_cpu_ns", "holder_runnable_ns", "holder_sleeping_ns"].map(sum);
         let split: f64 = states.iter().sum();
         if split > 0.0 {
@@ -357,6 +378,51 @@ mod tests {
         assert_eq!(f["pipe-mutex hold p99 (ns)"], 991.5);
         assert!(!f.contains_key("pipe-rd-wait wait avg (ns)"));
         assert!(figures(&json!({"workload": "x", "runs": []})).is_err());
+    }
+
+    /// A run whose pipe-mutex waits are `body` ns but for a 2 % tail of
+    /// `tail` ns, all scaled by `scale` (the runs' spread).
+    fn waits(body: u64, tail: u64, scale: f64) -> Figures {
+        let values: Vec<u64> = (0..1000)
+            .map(|i| if i < 980 { body } else { tail })
+            .map(|v| (v as f64 * scale) as u64)
+            .collect();
+        let timing = Timing::from_hist(&crate::model::timing::tests::hist(&values));
+        figures(&json!({"locks": [{"class": "pipe-mutex", "contentions": 1000, "wait": timing}]})).unwrap()
+    }
+
+    /// Two kernels with the same mean wait, one with a 20 % longer tail:
+    /// the p99 is marked changed, the mean is not; a kernel against itself
+    /// changes nothing.
+    #[test]
+    fn a_longer_tail_with_the_same_mean_is_a_change_in_p99_only() {
+        let scales = [0.97, 0.985, 1.0, 1.015, 1.03];
+        // 980 × 2000 + 20 × 50 000 = 980 × 1796 + 20 × 60 000 (+ 80): equal means.
+        let a: Vec<Figures> = scales.iter().map(|&s| waits(2000, 50_000, s)).collect();
+        let b: Vec<Figures> = scales.iter().map(|&s| waits(1796, 60_000, s)).collect();
+        let rows = compare(&a, &b, 5.0);
+        let row = |m: &str| rows.iter().find(|r| r.metric == m).unwrap_or_else(|| panic!("{m}: {rows:?}"));
+        let mean = row("pipe-mutex wait avg (ns)");
+        assert!(mean.change_percent.abs() < 0.1 && !mean.significant, "{mean:?}");
+        let p99 = row("pipe-mutex wait p99 (ns)");
+        assert!(p99.significant, "{p99:?}");
+        let d = p99.difference.unwrap();
+        assert!((d.change_percent - 20.0).abs() < 6.25 * 2.0, "{d:?}");
+        assert!(d.ci_low_percent > 0.0, "the interval excludes zero: {d:?}");
+        assert!(compare(&a, &a, 5.0).iter().all(|r| !r.significant && r.change_percent == 0.0));
+    }
+
+    #[test]
+    fn the_busiest_lock_of_a_class_gets_its_own_percentiles() {
+        let timing = |ns: &[u64]| Timing::from_hist(&crate::model::timing::tests::hist(ns));
+        let f = figures(&json!({"locks": [
+            {"class": "pipe-mutex", "contentions": 2, "wait": timing(&[100, 100])},
+            {"class": "pipe-mutex", "contentions": 2, "wait": timing(&[5000, 5000])},
+        ]}))
+        .unwrap();
+        // The midpoints of the buckets 4608..5119 and 96..103 ns.
+        assert_eq!(f["pipe-mutex busiest lock wait p50 (ns)"], 4863.5);
+        assert_eq!(f["pipe-mutex wait p50 (ns)"], 99.5);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! A trace's running totals as Prometheus metrics (`pipelock serve`),
 //! encoded by prometheus-client through a custom collector: the programs'
-//! log2 buckets become cumulative `le` buckets, class totals and the
+//! log-linear buckets become cumulative `le` buckets, class totals and the
 //! busiest locks become labelled series, pipelock's own cost its own.
 //! OpenMetrics text is what the crate writes; the Prometheus text format
 //! (for scrapers that do not ask for OpenMetrics) differs from it only in
@@ -17,9 +17,10 @@ use prometheus_client::{
 use crate::model::{ClassSet, LockClass, LockRow, Timing, TraceReport};
 
 /// Upper bounds of the exported buckets, in ns: `2^k` for k in 7..=35
-/// (128 ns to 34 s). Bucket `i` of the programs holds `[2^(i-1), 2^i)`,
-/// so it lands whole in `le = 2^max(i, 7)`; anything at or above 2^35 ns
-/// only in `+Inf`. A fixed set keeps each series' buckets the same from
+/// (128 ns to 34 s). A log-linear bucket of the programs lies within one
+/// power of two, `[2^(i-1), 2^i)` with `i` the bit length of its lower
+/// bound, so it lands whole in `le = 2^max(i, 7)`; anything at or above
+/// 2^35 ns only in `+Inf`. A fixed set keeps each series' buckets the same from
 /// scrape to scrape, as `histogram_quantile` over time needs.
 const FIRST_BUCKET_LOG2: u32 = 7;
 const LAST_BUCKET_LOG2: u32 = 35;

@@ -13,7 +13,7 @@ fn exposed(report: TraceReport) -> Arc<Exposition> {
 
 /// The sample's lock: waits of 100, 200 and 4000 ns.
 #[test]
-fn log2_buckets_become_cumulative_le_buckets_ending_in_inf() {
+fn log_linear_buckets_become_cumulative_power_of_two_le_buckets_ending_in_inf() {
     let text = openmetrics(exposed(sample()));
     assert!(text.ends_with("# EOF\n"), "{text}");
     let bucket = |le: &str| {

@@ -1,0 +1,115 @@
+//! `pipelock report --html` and `trace --html`: the page opened in headless
+//! Chromium must render (no console errors, its charts on screen), and each
+//! figure it shows must be the JSON's.
+use super::{browser::near, *};
+
+/// Kernel A's bars (blue at 55 % over white) and B's (orange).
+pub(super) const BAR_A: [u8; 3] = [132, 180, 214];
+pub(super) const BAR_B: [u8; 3] = [255, 185, 122];
+
+/// Every `data-field`/`data-value` of a page's lock sections, with the
+/// index of the JSON lock row the section draws.
+fn lock_values(html: &str) -> Result<Vec<(usize, String, u64)>> {
+    let mut out = Vec::new();
+    for section in html.split("<section class=\"lock\" data-row=\"").skip(1) {
+        let row: usize = section[..section.find('"').context("row")?].parse()?;
+        for cell in section.split("data-field=\"").skip(1) {
+            let field = &cell[..cell.find('"').context("field")?];
+            let value = cell.split("data-value=\"").nth(1).context("value")?;
+            out.push((row, field.to_owned(), value[..value.find('"').context("value")?].parse()?));
+        }
+    }
+    Ok(out)
+}
+
+/// Each value the page shows of the JSON's locks equals the JSON's.
+fn check_values(html: &str, locks: &serde_json::Value) -> Result<usize> {
+    let found = lock_values(html)?;
+    ensure!(!found.is_empty(), "the page shows no figure");
+    for (row, field, value) in &found {
+        let lock = &locks[row];
+        let want = field.split('.').fold(lock, |v, key| &v[key]).as_u64();
+        ensure!(
+            want == Some(*value),
+            "the page shows {field} = {value} for lock {row}, the JSON {want:?}: {lock}"
+        );
+    }
+    Ok(found.len())
+}
+
+/// Screenshots `page` into the manual's pictures as `name`; None without
+/// chromium. Fails on console errors and on a page without bars.
+pub(super) fn rendered(page: &Path, name: &str, colours: &[[u8; 3]]) -> Result<Option<String>> {
+    let Some(shot) = browser::screenshot(page, &browser::pictures().join(name), 1200, 1600)? else {
+        return Ok(None);
+    };
+    ensure!(
+        shot.console.is_empty(),
+        "the page's console in the browser:\n{}",
+        shot.console.join("\n")
+    );
+    let mut shares = Vec::new();
+    for &colour in colours {
+        let share = shot.share(near(colour, 14));
+        ensure!(
+            share >= 0.002,
+            "{:.2} % of the screenshot in the bars' colour {colour:?}: {}",
+            100.0 * share,
+            shot.png.display()
+        );
+        shares.push(format!("{:.1} %", 100.0 * share));
+    }
+    let blank = shot.share(near([255, 255, 255], 2));
+    ensure!(blank < 0.98, "a blank page: {}", shot.png.display());
+    Ok(Some(format!(
+        "no console errors, bars {} of the screenshot ({})",
+        shares.join(" and "),
+        shot.png.display()
+    )))
+}
+
+/// A traced herd's `run --json` result drawn by `pipelock report`, and the
+/// same trace drawn by `trace --html` directly.
+fn report_pages_render_and_show_the_jsons_figures() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    let (json, page, direct) = (
+        scratch("report-run.json"),
+        scratch("report-run.html"),
+        scratch("report-trace.html"),
+    );
+    let out = run(pipelock()
+        .args(["run", "pipe-herd", "--limit", "100000", "-q", "--trace", "--json"])
+        .arg(&json))?;
+    ensure!(out.status.success(), "run: {}", text(&out.stderr));
+    let drawn = run(pipelock().arg("report").arg(&json).arg("--html").arg(&page))?;
+    ensure!(drawn.status.success(), "report: {}", text(&drawn.stderr));
+    let result: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
+    let html = fs::read_to_string(&page)?;
+    let checked = check_values(&html, &result["trace"]["locks"])?;
+    ensure!(html.contains("pipe-herd"), "the page does not name its workload");
+    let traced = run(pipelock()
+        .args(["trace", "--html"])
+        .arg(&direct)
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned()))
+        .args(["run", "pipe-herd", "--limit", "50000", "-q"]))?;
+    ensure!(traced.status.success(), "trace --html: {}", text(&traced.stderr));
+    let trace: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
+    let direct_checked = check_values(&fs::read_to_string(&direct)?, &trace["locks"])?;
+    let shot = rendered(&page, "report.png", &[BAR_A]);
+    let _ = (fs::remove_file(&json), fs::remove_file(&page), fs::remove_file(&direct));
+    match shot? {
+        Some(line) => println!("  {checked} figures as in the run's JSON, {direct_checked} as in trace's; {line}"),
+        None => {
+            return Ok(Outcome::Skipped(format!(
+                "{checked} figures agree with the JSON, but no chromium opened the page (cargo xtask test installs it)"
+            )));
+        }
+    }
+    Ok(Outcome::Passed)
+}
+register!(Host report_pages_render_and_show_the_jsons_figures);
