@@ -8,6 +8,7 @@
 
 use std::{
     io::{self, IsTerminal as _},
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
     thread,
@@ -21,7 +22,9 @@ use crate::{
     Error,
     bpf::{AttachMode, Filters},
     collect::{Background, Control, Flow, Tracer},
-    model::ByKey,
+    model::{ByKey, TraceReport},
+    output::{Format, Outputs},
+    render,
     tui::{
         app::{Action, App, Sample},
         groups::Groupings,
@@ -123,6 +126,14 @@ pub fn run(options: Options) -> Result<(), Error> {
                         match app.on_key(key) {
                             Action::Quit => return Ok(()),
                             Action::Reset => collector.send(Control::Reset),
+                            Action::FlameGraph => {
+                                let written = app.total.as_ref().map(|t| write_flamegraph(t, Path::new(".")));
+                                app.status = Some(match written {
+                                    Some(Ok(path)) => format!("wrote {}", path.display()),
+                                    Some(Err(why)) => why,
+                                    None => "no figures yet".to_owned(),
+                                });
+                            }
                             Action::None => {}
                         }
                     }
@@ -223,5 +234,50 @@ impl LoadRunner {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// `F`: the waits so far by call stack as a flame graph, written whole to
+/// `pipelock-top-SECONDS.svg` in `dir`; the file's path, or one line saying
+/// why there is none.
+fn write_flamegraph(total: &TraceReport, dir: &Path) -> Result<PathBuf, String> {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let path = dir.join(format!("pipelock-top-{seconds}.svg"));
+    let svg = render::flame::flamegraph(total).map_err(|e| format!("no flame graph: {e}"))?;
+    Outputs::prepare_all(&[(Some(&path), Format::FlameGraph)])
+        .and_then(|outputs| outputs.write_with(|_| Ok(svg.clone())))
+        .map_err(|e| format!("no flame graph: {e}"))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f_writes_the_waits_so_far_as_a_flame_graph_or_says_why_not() {
+        let dir = std::env::temp_dir().join(format!("pipelock-top-flame-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut report = crate::model::report::tests::sample();
+        let mut idle = report.clone();
+        idle.locks.clear();
+        let none = write_flamegraph(&idle, &dir);
+        assert_eq!(none.unwrap_err(), "no flame graph: no waits were recorded: nothing to draw");
+        report.locks[0].callers = vec![crate::model::CallerRow {
+            class: report.locks[0].class,
+            stack: vec!["anon_pipe_write+0x50".into(), "vfs_write+0x2a4".into()],
+            acquisitions: None,
+            contentions: 3,
+            wait_total_ns: 4300,
+            wait_max_ns: 4000,
+            hold_total_ns: None,
+        }];
+        let path = write_flamegraph(&report, &dir).unwrap();
+        assert!(path.starts_with(&dir) && path.extension().is_some_and(|e| e == "svg"));
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("anon_pipe_write"), "{svg}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -308,8 +308,21 @@ struct Series {
 
 /// The log-linear buckets of each series as bars over a log time axis,
 /// each bar the share of its series' count (so two kernels with different
-/// counts overlay), with each series' p50 and p99 as lines.
+/// counts overlay), with each series' p50 and p99 as lines. The axis ends
+/// past the largest p99.9: a few outliers at milliseconds would otherwise
+/// squeeze the rest into a sliver (the maximum is in the table).
 fn chart(series: &[Series], y_label: &str) -> String {
+    if series.iter().all(|s| s.hist.max_ns == 0) {
+        return "<p class=\"note\">all 0 ns: taken at once, uncontended</p>\n".to_owned();
+    }
+    let edge = series
+        .iter()
+        .filter_map(|s| loglinear::percentile(&s.hist.buckets, s.hist.max_ns, 0.999))
+        .map(|p| {
+            let at = loglinear::bucket(p.ns as u64);
+            (loglinear::lower(at) + loglinear::width(at)) as f64
+        })
+        .fold(1.0, f64::max);
     let buckets = |h: &Histogram<u64>| -> Vec<(f64, f64, f64)> {
         h.buckets
             .iter()
@@ -318,15 +331,16 @@ fn chart(series: &[Series], y_label: &str) -> String {
             .map(|(i, n)| {
                 // A log axis has no 0: the 0 ns bucket is drawn at 0.5..1 ns.
                 let low = (loglinear::lower(i) as f64).max(0.5);
-                let high = (loglinear::lower(i) + loglinear::width(i)) as f64;
+                let high = ((loglinear::lower(i) + loglinear::width(i)) as f64).min(edge);
                 (low, high, 100.0 * *n as f64 / h.count.max(1) as f64)
             })
+            .filter(|(low, high, _)| low < high)
             .collect()
     };
     let bars: Vec<Vec<(f64, f64, f64)>> = series.iter().map(|s| buckets(&s.hist)).collect();
     let all = bars.iter().flatten();
     let x_low = all.clone().map(|b| b.0).fold(f64::INFINITY, f64::min);
-    let x_high = all.clone().map(|b| b.1).fold(0.0, f64::max);
+    let x_high = edge;
     let y_high = all.map(|b| b.2).fold(0.0, f64::max) * 1.1;
     if !x_low.is_finite() || y_high <= 0.0 {
         return String::new();
@@ -339,7 +353,7 @@ fn chart(series: &[Series], y_label: &str) -> String {
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(52)
-            .build_cartesian_2d((x_low * 0.9..x_high * 1.1).log_scale(), 0.0..y_high)?;
+            .build_cartesian_2d((x_low * 0.9..x_high).log_scale(), 0.0..y_high)?;
         chart
             .configure_mesh()
             .x_desc("duration")
@@ -357,7 +371,7 @@ fn chart(series: &[Series], y_label: &str) -> String {
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
             for q in [0.5, 0.99] {
                 if let Some(p) = loglinear::percentile(&s.hist.buckets, s.hist.max_ns, q) {
-                    let at = p.ns.max(0.5);
+                    let at = p.ns.clamp(0.5, x_high);
                     chart.draw_series(std::iter::once(PathElement::new(
                         vec![(at, 0.0), (at, y_high)],
                         colour.stroke_width(2),
@@ -377,7 +391,8 @@ fn chart(series: &[Series], y_label: &str) -> String {
         return String::new();
     }
     format!(
-        "<figure>{svg}<figcaption class=\"note\">lines: each series' p50 and p99</figcaption></figure>\n"
+        "<figure>{svg}<figcaption class=\"note\">lines: each series' p50 and p99; the axis ends past \
+         the largest p99.9 (the maximum is in the table)</figcaption></figure>\n"
     )
 }
 

@@ -141,6 +141,8 @@ pub enum Action {
     Quit,
     /// Start the running totals afresh (the collector owns them).
     Reset,
+    /// Draw the waits so far by call stack into a flame graph file.
+    FlameGraph,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -194,6 +196,11 @@ pub struct App {
     pub kernel_pane: bool,
     pub paused: bool,
     pub samples: u64,
+    /// The running totals of the latest sample (what `F` draws).
+    pub total: Option<TraceReport>,
+    /// What the last command key did, shown on the key line until the next
+    /// key (`F`: the file written, or why none was).
+    pub status: Option<String>,
 }
 
 impl App {
@@ -255,6 +262,7 @@ impl App {
             }
         }
         self.selected = self.selected.min(self.shown().saturating_sub(1));
+        self.total = Some(total);
     }
 
     /// Rows by `by`, recorded as `groupings` allow (`--by` asks for them).
@@ -367,6 +375,7 @@ impl App {
             return Action::None;
         }
         let last = self.shown().saturating_sub(1);
+        self.status = None;
         match key.code {
             KeyCode::Char('q') => return Action::Quit,
             KeyCode::Char('?') => {
@@ -401,6 +410,10 @@ impl App {
                 self.by = self.groupings.next(self.by);
                 self.selected = 0;
             }
+            KeyCode::Char('F') if !self.groupings.callers => {
+                self.status = Some("no call stacks recorded: start top with --callers for F".to_owned());
+            }
+            KeyCode::Char('F') => return Action::FlameGraph,
             KeyCode::Char('r') => {
                 self.history.clear();
                 self.rows.clear();

@@ -83,3 +83,19 @@ fn paused_view_ignores_samples() {
     });
     assert_eq!(app.rows, before);
 }
+
+#[test]
+fn f_asks_for_a_flame_graph_only_where_call_stacks_are_recorded() {
+    let mut app = app_with(3);
+    assert_eq!(app.on_key(key(KeyCode::Char('F'))), Action::None);
+    assert!(
+        app.status.as_deref().is_some_and(|s| s.contains("--callers")),
+        "{:?}",
+        app.status
+    );
+    app.on_key(key(KeyCode::Char('j')));
+    assert_eq!(app.status, None, "the next key clears what F said");
+    app.groupings.callers = true;
+    assert_eq!(app.on_key(key(KeyCode::Char('F'))), Action::FlameGraph);
+    assert!(app.total.is_some(), "the running totals F draws");
+}

@@ -24,11 +24,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "details of the selected row: histograms, owners, call stacks",
     ),
     ("s", "next sort column"),
-    ("c", "sort by contended acquisitions per second"),
-    ("a", "sort by acquisitions per second"),
-    ("w", "sort by longest wait"),
-    ("h", "sort by longest hold"),
-    ("t", "sort by total wait"),
+    (
+        "c, a, w, h, t",
+        "sort by contended/s, acquired/s, longest wait, longest hold, total wait",
+    ),
     (
         "/, f",
         "filter rows by class, lock or process (Enter keeps, Esc clears)",
@@ -40,6 +39,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "m",
         "kernel side: every map's fill, dropped events, notes, refused modes' errors",
+    ),
+    (
+        "F",
+        "flame graph of the waits so far, to pipelock-top-TIME.svg (with --callers)",
     ),
     ("p, Space", "pause the view (the trace goes on)"),
     ("r", "reset: forget the figures so far"),
@@ -112,6 +115,9 @@ pub(super) fn footer_line(app: &App) -> Line<'static> {
             "filter (class, lock, process): {}▏  Enter keep · Esc clear",
             app.filter
         ));
+    }
+    if let Some(status) = &app.status {
+        return Line::from(status.clone());
     }
     // Short enough for 100 columns; `?` lists the rest.
     let switch = if app.groupings.callers || app.groupings.tasks {
