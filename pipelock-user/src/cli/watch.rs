@@ -18,6 +18,11 @@ pub struct ServeArgs {
     /// label; the others count only in their class.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub per_lock_top: usize,
+    /// Export lock names as they are, kernel addresses included. By default
+    /// an unnamed lock's address becomes `lock-` and a stable id that does
+    /// not reveal it (a kernel address tells a scraper what KASLR hides).
+    #[arg(long)]
+    pub expose_addresses: bool,
     /// How often the kernel maps are drained into the exported totals.
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Duration,

@@ -14,6 +14,7 @@ pub mod trace;
 use crate::{
     Error,
     cli::{Cli, Command},
+    render::metrics::Addresses,
 };
 
 /// Runs the parsed command line.
@@ -39,6 +40,11 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             mode: args.tracing.mode,
             filters: args.tracing.filters(false),
             per_lock_top: args.per_lock_top,
+            addresses: if args.expose_addresses {
+                Addresses::Exposed
+            } else {
+                Addresses::hidden()
+            },
             interval: args.interval,
             ebpf_log: cli.ebpf_log,
         }),

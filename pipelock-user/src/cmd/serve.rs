@@ -30,7 +30,7 @@ use crate::{
     Error,
     bpf::{AttachMode, Filters},
     collect::{Background, Flow, Tracer},
-    render::metrics::{Exposition, openmetrics, prometheus_text},
+    render::metrics::{Addresses, Exposition, openmetrics, prometheus_text},
 };
 
 pub struct Options {
@@ -38,6 +38,7 @@ pub struct Options {
     pub mode: Option<AttachMode>,
     pub filters: Filters,
     pub per_lock_top: usize,
+    pub addresses: Addresses,
     pub interval: Duration,
     pub ebpf_log: bool,
 }
@@ -83,7 +84,7 @@ pub fn run(options: Options) -> Result<(), Error> {
         exposition: None,
         at: Instant::now(),
     });
-    let (interval, per_lock_top) = (options.interval, options.per_lock_top);
+    let (interval, per_lock_top, addresses) = (options.interval, options.per_lock_top, options.addresses);
     let collector = Background::start(
         tracer,
         interval,
@@ -93,6 +94,7 @@ pub fn run(options: Options) -> Result<(), Error> {
                 report: collector.total_report(tracer, &drained.fill)?,
                 classes,
                 per_lock_top,
+                addresses: addresses.clone(),
                 version: env!("CARGO_PKG_VERSION"),
             };
             published.send_replace(Published {

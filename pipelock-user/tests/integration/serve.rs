@@ -217,6 +217,13 @@ fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outcome> {
         "{status} {om_type}"
     );
     ensure!(om.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+    // No kernel address leaves the host unless asked (--expose-addresses).
+    ensure!(
+        !om.contains("0xffff"),
+        "a kernel address in the scrape: {}",
+        om.lines().find(|l| l.contains("0xffff")).unwrap_or_default()
+    );
+    let hidden = om.lines().filter(|l| l.contains("lock=\"lock-")).count();
     let (_, text_type, text) = http_get(serve.port, "/metrics", Some("text/plain"))?;
     ensure!(text_type.starts_with("text/plain; version=0.0.4"), "{text_type}");
     ensure!(
@@ -268,7 +275,7 @@ fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outcome> {
         where_they_differ(&before, &after, &report)
     );
     println!(
-        "  {mode}: {histograms} histograms well formed; pipe-mutex contentions exporter {served}, trace {traced} (skipped runs on the mutex's path: exporter {served_misses}, trace {traced_misses})"
+        "  {mode}: {histograms} histograms well formed; pipe-mutex contentions exporter {served}, trace {traced} (skipped runs on the mutex's path: exporter {served_misses}, trace {traced_misses}); no kernel address in the scrape, {hidden} series of unnamed locks under an id"
     );
     if served != traced as f64 {
         println!("  {}", where_they_differ(&before, &after, &report));

@@ -33,7 +33,52 @@ pub struct Exposition {
     pub classes: ClassSet,
     /// Locks exported one by one, busiest by wait first (`--per-lock-top`).
     pub per_lock_top: usize,
+    /// How kernel addresses in lock names leave the host.
+    pub addresses: Addresses,
     pub version: &'static str,
+}
+
+/// How kernel addresses in exported lock names (`0xffff888122f3a6c0 in
+/// pipe:[ino] call`, a lock with no name) are shown.
+#[derive(Clone, Debug)]
+pub enum Addresses {
+    /// Each becomes `lock-` and 12 hex digits of a keyed hash (SipHash with
+    /// a key drawn when `serve` starts and never shown): stable while it
+    /// runs, so a lock keeps its series, and no way back to the address.
+    Hidden(std::hash::RandomState),
+    /// As they are (`--expose-addresses`).
+    Exposed,
+}
+
+impl Addresses {
+    pub fn hidden() -> Self {
+        Self::Hidden(std::hash::RandomState::new())
+    }
+
+    /// `name` with every hexadecimal number of 8 digits or more (an
+    /// address) hidden as this says.
+    pub fn apply(&self, name: &str) -> String {
+        let Self::Hidden(key) = self else {
+            return name.to_owned();
+        };
+        let mut out = String::with_capacity(name.len());
+        let mut rest = name;
+        while let Some(at) = rest.find("0x") {
+            out.push_str(&rest[..at]);
+            let digits = rest[at + 2..].chars().take_while(char::is_ascii_hexdigit).count();
+            let (number, after) = rest[at..].split_at(2 + digits);
+            match u64::from_str_radix(&number[2..], 16) {
+                Ok(address) if digits >= 8 => {
+                    let id = std::hash::BuildHasher::hash_one(key, address) & 0xffff_ffff_ffff;
+                    out.push_str(&format!("lock-{id:012x}"));
+                }
+                _ => out.push_str(number),
+            }
+            rest = after;
+        }
+        out.push_str(rest);
+        out
+    }
 }
 
 /// `pipe-mutex` → `pipe_mutex` (label values in the usual metric style).
@@ -263,7 +308,12 @@ impl Collector for ReportCollector {
             wait(b).cmp(&wait(a)).then(a.name.cmp(&b.name))
         });
         top.truncate(exposed.per_lock_top);
-        let lock_labels = |r: &LockRow| labels(&[("class", &class_value(r.class)), ("lock", &r.name)]);
+        let lock_labels = |r: &LockRow| {
+            labels(&[
+                ("class", &class_value(r.class)),
+                ("lock", &exposed.addresses.apply(&r.name)),
+            ])
+        };
         counters(
             &mut encoder,
             "top_lock_contentions",

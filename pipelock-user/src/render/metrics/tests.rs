@@ -7,8 +7,31 @@ fn exposed(report: TraceReport) -> Arc<Exposition> {
         report,
         classes: ClassSet::DEFAULT,
         per_lock_top: 10,
+        addresses: Addresses::hidden(),
         version: "0.1.0",
     })
+}
+
+/// A lock with no name is exported under an id, not its kernel address,
+/// unless asked; the same lock keeps its id from scrape to scrape.
+#[test]
+fn kernel_addresses_leave_the_host_only_when_asked() {
+    let mut report = sample();
+    report.locks[0].name = "0xffff888122f3a6c0 in pipe:[4242] call".to_owned();
+    let hidden = exposed(report.clone());
+    let (one, two) = (openmetrics(hidden.clone()), openmetrics(hidden.clone()));
+    assert!(!one.contains("0xffff") && !one.contains("ffff888122f3a6c0"), "{one}");
+    assert!(one.contains("lock=\"lock-"), "{one}");
+    assert!(one.contains(" in pipe:[4242] call\""), "{one}");
+    assert_eq!(one, two, "the id is stable");
+    let open = openmetrics(Arc::new(Exposition {
+        addresses: Addresses::Exposed,
+        ..(*exposed(report)).clone()
+    }));
+    assert!(open.contains("lock=\"0xffff888122f3a6c0 in pipe:[4242] call\""), "{open}");
+    // Other keys, other ids; short hex numbers are no addresses.
+    assert_ne!(Addresses::hidden().apply("0xffff888122f3a6c0"), Addresses::hidden().apply("0xffff888122f3a6c0"));
+    assert_eq!(Addresses::hidden().apply("wait_lock+0x8 0x1f"), "wait_lock+0x8 0x1f");
 }
 
 /// The sample's lock: waits of 100, 200 and 4000 ns.
