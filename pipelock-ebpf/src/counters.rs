@@ -22,7 +22,9 @@ pub(crate) unsafe fn atomic_add(at: *mut u64, value: u64) {
 #[inline(always)]
 unsafe fn atomic_inc32(at: *mut u32) {
     // SAFETY: as the caller promises.
-    unsafe { core::intrinsics::atomic_xadd::<u32, u32, { core::intrinsics::AtomicOrdering::Relaxed }>(at, 1) };
+    unsafe {
+        core::intrinsics::atomic_xadd::<u32, u32, { core::intrinsics::AtomicOrdering::Relaxed }>(at, 1)
+    };
 }
 
 /// `*counter += value` on a statistics value, which every CPU updates (and,
@@ -62,7 +64,9 @@ pub(crate) fn add(counter: &mut u64, value: u64, how: Update) {
 #[inline(always)]
 fn forget_range(mut index: usize) -> usize {
     // SAFETY: a register moved onto itself.
-    unsafe { core::arch::asm!("{0} = {0}", inout(reg) index, options(pure, nomem, nostack, preserves_flags)) };
+    unsafe {
+        core::arch::asm!("{0} = {0}", inout(reg) index, options(pure, nomem, nostack, preserves_flags))
+    };
     index
 }
 

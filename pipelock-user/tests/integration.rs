@@ -666,7 +666,10 @@ fn check_percentiles(row: &serde_json::Value, kind: &str) -> Result<()> {
     let max = timing["max_ns"].as_u64().context("no max")?;
     let mut buckets = vec![0u64; loglinear::BUCKETS];
     for pair in timing["buckets"].as_array().context("no buckets")? {
-        let (lower, n) = (pair[0].as_u64().context("bucket")?, pair[1].as_u64().context("count")?);
+        let (lower, n) = (
+            pair[0].as_u64().context("bucket")?,
+            pair[1].as_u64().context("count")?,
+        );
         ensure!(
             loglinear::lower(loglinear::bucket(lower)) == lower,
             "{kind} bucket {lower} is not a bucket's lower bound: {row}"
@@ -677,7 +680,12 @@ fn check_percentiles(row: &serde_json::Value, kind: &str) -> Result<()> {
         buckets.iter().sum::<u64>() == count,
         "{kind} buckets do not add up to its count: {row}"
     );
-    for (q, field) in [(0.5, "p50_ns"), (0.9, "p90_ns"), (0.99, "p99_ns"), (0.999, "p999_ns")] {
+    for (q, field) in [
+        (0.5, "p50_ns"),
+        (0.9, "p90_ns"),
+        (0.99, "p99_ns"),
+        (0.999, "p999_ns"),
+    ] {
         let want = loglinear::percentile(&buckets, max, q)
             .map(|p| p.ns.round() as u64)
             .context("no percentile")?;

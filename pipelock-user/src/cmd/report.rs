@@ -41,10 +41,17 @@ fn trace_of(result: &serde_json::Value) -> Result<(TraceReport, Option<(String, 
                     "{} {mean:.4} {} ({})",
                     result["metric"]["name"].as_str().unwrap_or("value"),
                     result["metric"]["unit"].as_str().unwrap_or(""),
-                    if runs == 1 { "1 run".to_owned() } else { format!("mean of {runs} runs") }
+                    if runs == 1 {
+                        "1 run".to_owned()
+                    } else {
+                        format!("mean of {runs} runs")
+                    }
                 )
             });
-            (trace, Some((workload.to_owned(), format!("{workload}: {figure}"))))
+            (
+                trace,
+                Some((workload.to_owned(), format!("{workload}: {figure}"))),
+            )
         }
         None => (result, None),
     };
@@ -107,7 +114,13 @@ fn ab_page(result: &serde_json::Value) -> Result<AbPage, String> {
         .collect();
     let command = result["command"]
         .as_array()
-        .map(|words| words.iter().filter_map(|w| w.as_str()).collect::<Vec<_>>().join(" "))
+        .map(|words| {
+            words
+                .iter()
+                .filter_map(|w| w.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .unwrap_or_default();
     Ok(AbPage {
         command,
@@ -164,7 +177,11 @@ mod tests {
         for (name, text, says) in [
             ("broken", "{", "not JSON"),
             ("other", "{\"a\": 1}", "not a pipelock result"),
-            ("untraced", "{\"workload\": \"pipe-herd\", \"runs\": []}", "without a trace"),
+            (
+                "untraced",
+                "{\"workload\": \"pipe-herd\", \"runs\": []}",
+                "without a trace",
+            ),
             ("ab", "{\"kernels\": [], \"table\": []}", "two kernels"),
         ] {
             let path = scratch(name, text);

@@ -264,7 +264,10 @@ mod tests {
         let mut idle = report.clone();
         idle.locks.clear();
         let none = write_flamegraph(&idle, &dir);
-        assert_eq!(none.unwrap_err(), "no flame graph: no waits were recorded: nothing to draw");
+        assert_eq!(
+            none.unwrap_err(),
+            "no flame graph: no waits were recorded: nothing to draw"
+        );
         report.locks[0].callers = vec![crate::model::CallerRow {
             class: report.locks[0].class,
             stack: vec!["anon_pipe_write+0x50".into(), "vfs_write+0x2a4".into()],

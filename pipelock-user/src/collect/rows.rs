@@ -15,7 +15,13 @@ use crate::{
 
 /// The row of the locks of one class a long trace folded together (the
 /// longest idle, beyond the number of locks it tracks one by one).
-pub fn retired(class: Option<LockClass>, count: u64, stats: &LockStats<u64>, mode: &str, hooked: bool) -> LockRow {
+pub fn retired(
+    class: Option<LockClass>,
+    count: u64,
+    stats: &LockStats<u64>,
+    mode: &str,
+    hooked: bool,
+) -> LockRow {
     LockRow {
         class,
         name: format!("({count} retired locks, idle longest)"),

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 /// How far a reported percentile can be from the true one, said once per
 /// report where the percentiles are read.
-pub const PERCENTILE_RESOLUTION: &str = "log-linear buckets: p50/p90/p99/p99.9 within ±6.25 % of the true value (exact below 16 ns)";
+pub const PERCENTILE_RESOLUTION: &str =
+    "log-linear buckets: p50/p90/p99/p99.9 within ±6.25 % of the true value (exact below 16 ns)";
 
 /// Adds one CPU's (or one interval's) histogram to a running one, widening
 /// the maps' `u32` buckets (max is the max of maxima).

@@ -71,13 +71,21 @@ pub fn render_html(page: &Page, top: usize) -> String {
     let mut body = String::new();
     let title = match page {
         Page::Trace { report, workload } => {
-            trace_body(&mut body, report, workload.as_ref().map(|(_, figure)| figure.as_str()), top);
+            trace_body(
+                &mut body,
+                report,
+                workload.as_ref().map(|(_, figure)| figure.as_str()),
+                top,
+            );
             let what = workload.as_ref().map_or("trace", |(name, _)| name.as_str());
             format!("pipelock: {what} on {}", report.kernel)
         }
         Page::Ab(ab) => {
             ab_body(&mut body, ab);
-            format!("pipelock ab: {} vs {}", ab.kernels[0].release, ab.kernels[1].release)
+            format!(
+                "pipelock ab: {} vs {}",
+                ab.kernels[0].release, ab.kernels[1].release
+            )
         }
     };
     format!(
@@ -136,8 +144,10 @@ fn lock_section(out: &mut String, index: usize, row: &LockRow) {
         )),
         c = row.contentions,
     );
-    out.push_str("<table><tr><th></th><th>count</th><th>avg</th><th>p50</th><th>p90</th><th>p99</th>\
-                  <th>p99.9</th><th>max</th><th>percentiles</th></tr>\n");
+    out.push_str(
+        "<table><tr><th></th><th>count</th><th>avg</th><th>p50</th><th>p90</th><th>p99</th>\
+                  <th>p99.9</th><th>max</th><th>percentiles</th></tr>\n",
+    );
     for (kind, timing) in [("wait", &row.wait), ("hold", &row.hold)] {
         if let Some(t) = timing {
             timing_row(out, kind, t);
@@ -241,7 +251,10 @@ fn ab_body(out: &mut String, ab: &AbPage) {
         .filter(|c| ab.kernels[1].classes.iter().any(|(other, ..)| other == *c))
         .collect();
     for class in classes {
-        let _ = writeln!(out, "<section class=\"class\" data-class=\"{class}\"><h2>{class}</h2>");
+        let _ = writeln!(
+            out,
+            "<section class=\"class\" data-class=\"{class}\"><h2>{class}</h2>"
+        );
         for (kind, pick) in [("wait", 0), ("hold", 1)] {
             let series: Vec<Series> = ab
                 .kernels
@@ -262,7 +275,12 @@ fn ab_body(out: &mut String, ab: &AbPage) {
                 out.push_str(&chart(&series, &format!("share of the {kind}s (%)")));
             }
         }
-        ab_table(out, ab.rows.iter().filter(|r| r.metric.starts_with(&format!("{class} "))));
+        ab_table(
+            out,
+            ab.rows
+                .iter()
+                .filter(|r| r.metric.starts_with(&format!("{class} "))),
+        );
         out.push_str("</section>\n");
     }
     out.push_str("<h2>every figure</h2>\n");
@@ -270,7 +288,9 @@ fn ab_body(out: &mut String, ab: &AbPage) {
 }
 
 fn ab_table<'a>(out: &mut String, rows: impl Iterator<Item = &'a AbRow>) {
-    out.push_str("<table><tr><th>metric</th><th>A (mean)</th><th>B (mean)</th><th>change</th><th>95 % CI</th></tr>\n");
+    out.push_str(
+        "<table><tr><th>metric</th><th>A (mean)</th><th>B (mean)</th><th>change</th><th>95 % CI</th></tr>\n",
+    );
     for row in rows {
         let _ = writeln!(
             out,
@@ -284,8 +304,9 @@ fn ab_table<'a>(out: &mut String, rows: impl Iterator<Item = &'a AbRow>) {
             row.b,
             figure(row.b),
             row.change_percent,
-            row.ci_percent
-                .map_or("—".to_owned(), |(low, high)| format!("{low:+.1} % … {high:+.1} %"))
+            row.ci_percent.map_or("—".to_owned(), |(low, high)| format!(
+                "{low:+.1} % … {high:+.1} %"
+            ))
         );
     }
     out.push_str("</table>\n");
@@ -363,10 +384,9 @@ fn chart(series: &[Series], y_label: &str) -> String {
         for (s, bars) in series.iter().zip(&bars) {
             let colour = s.colour;
             chart
-                .draw_series(
-                    bars.iter()
-                        .map(move |&(low, high, share)| Rectangle::new([(low, 0.0), (high, share)], colour.mix(0.55).filled())),
-                )?
+                .draw_series(bars.iter().map(move |&(low, high, share)| {
+                    Rectangle::new([(low, 0.0), (high, share)], colour.mix(0.55).filled())
+                }))?
                 .label(&s.label)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
             for q in [0.5, 0.99] {
@@ -409,7 +429,11 @@ mod tests {
             for cell in section.split("data-field=\"").skip(1) {
                 let field = &cell[..cell.find('"').unwrap()];
                 let value = cell.split("data-value=\"").nth(1).unwrap();
-                out.push((row, field.to_owned(), value[..value.find('"').unwrap()].parse().unwrap()));
+                out.push((
+                    row,
+                    field.to_owned(),
+                    value[..value.find('"').unwrap()].parse().unwrap(),
+                ));
             }
         }
         out
@@ -418,7 +442,13 @@ mod tests {
     #[test]
     fn a_trace_page_shows_each_figure_as_the_report_has_it() {
         let report = sample();
-        let html = render_html(&Page::Trace { report: &report, workload: None }, 8);
+        let html = render_html(
+            &Page::Trace {
+                report: &report,
+                workload: None,
+            },
+            8,
+        );
         let json = serde_json::to_value(&report).unwrap();
         let found = values(&html);
         assert!(found.len() >= 8, "{found:?}");
@@ -434,7 +464,10 @@ mod tests {
         assert!(html.contains("<svg"), "a chart");
         // Nothing to fetch (the SVG's xmlns is a name, not a fetch).
         assert!(
-            !html.contains("<script") && !html.contains("src=") && !html.contains("href=") && !html.contains("url("),
+            !html.contains("<script")
+                && !html.contains("src=")
+                && !html.contains("href=")
+                && !html.contains("url("),
             "self-contained"
         );
     }
@@ -444,7 +477,11 @@ mod tests {
         let kernel = |release: &str, ns: u64| AbKernel {
             release: release.to_owned(),
             runs: 3,
-            classes: vec![("pipe-mutex".to_owned(), hist(&[ns, ns * 2, ns * 3]), Histogram::EMPTY)],
+            classes: vec![(
+                "pipe-mutex".to_owned(),
+                hist(&[ns, ns * 2, ns * 3]),
+                Histogram::EMPTY,
+            )],
         };
         let ab = AbPage {
             command: "run pipe-herd --trace".to_owned(),

@@ -160,14 +160,20 @@ fn ab_page_shows_both_kernels(json: &Path, report: &serde_json::Value) -> Result
                 .context("no value")?
                 .parse()?;
             let want = row[side]["mean"].as_f64().context("mean")?;
-            ensure!(shown == want, "{metric}: the page shows {side} = {shown}, the JSON {want}");
+            ensure!(
+                shown == want,
+                "{metric}: the page shows {side} = {shown}, the JSON {want}"
+            );
         }
     }
     let shot = report::rendered(&page, "report-ab.png", &[report::BAR_A, report::BAR_B]);
     let _ = fs::remove_file(&page);
     Ok(match shot? {
         Some(line) => format!("{} rows as in the JSON; {line}", rows.len()),
-        None => format!("{} rows as in the JSON; no chromium to open it (skipped)", rows.len()),
+        None => format!(
+            "{} rows as in the JSON; no chromium to open it (skipped)",
+            rows.len()
+        ),
     })
 }
 

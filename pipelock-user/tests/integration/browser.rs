@@ -93,6 +93,9 @@ pub(super) fn screenshot(page: &Path, png: &Path, width: u32, height: u32) -> Re
         png: png.to_owned(),
         warm_share: warm_pixels as f64 / total.max(1) as f64,
         console,
-        pixels: pixels.chunks_exact(channels).map(|p| [p[0], p[1], p[2]]).collect(),
+        pixels: pixels
+            .chunks_exact(channels)
+            .map(|p| [p[0], p[1], p[2]])
+            .collect(),
     }))
 }

@@ -251,10 +251,7 @@ fn a_minute_of_churn_keeps_memory_flat() -> Result<Outcome> {
     let text = fs::read_to_string(&output);
     let _ = fs::remove_file(&output);
     ensure!(status.success(), "trace exited with {status}");
-    let fills: Vec<u64> = text?
-        .lines()
-        .filter_map(stats_fill)
-        .collect();
+    let fills: Vec<u64> = text?.lines().filter_map(stats_fill).collect();
     ensure!(
         fills.len() as u64 >= SECONDS - 2,
         "{} interval reports with a LOCK_STATS_A row in their maps table, want ≥ {}",

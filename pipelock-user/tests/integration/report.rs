@@ -16,7 +16,11 @@ fn lock_values(html: &str) -> Result<Vec<(usize, String, u64)>> {
         for cell in section.split("data-field=\"").skip(1) {
             let field = &cell[..cell.find('"').context("field")?];
             let value = cell.split("data-value=\"").nth(1).context("value")?;
-            out.push((row, field.to_owned(), value[..value.find('"').context("value")?].parse()?));
+            out.push((
+                row,
+                field.to_owned(),
+                value[..value.find('"').context("value")?].parse()?,
+            ));
         }
     }
     Ok(out)
@@ -101,9 +105,15 @@ fn report_pages_render_and_show_the_jsons_figures() -> Result<Outcome> {
     let trace: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
     let direct_checked = check_values(&fs::read_to_string(&direct)?, &trace["locks"])?;
     let shot = rendered(&page, "report.png", &[BAR_A]);
-    let _ = (fs::remove_file(&json), fs::remove_file(&page), fs::remove_file(&direct));
+    let _ = (
+        fs::remove_file(&json),
+        fs::remove_file(&page),
+        fs::remove_file(&direct),
+    );
     match shot? {
-        Some(line) => println!("  {checked} figures as in the run's JSON, {direct_checked} as in trace's; {line}"),
+        Some(line) => {
+            println!("  {checked} figures as in the run's JSON, {direct_checked} as in trace's; {line}")
+        }
         None => {
             return Ok(Outcome::Skipped(format!(
                 "{checked} figures agree with the JSON, but no chromium opened the page (cargo xtask test installs it)"

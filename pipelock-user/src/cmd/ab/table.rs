@@ -401,7 +401,11 @@ mod tests {
         let a: Vec<Figures> = scales.iter().map(|&s| waits(2000, 50_000, s)).collect();
         let b: Vec<Figures> = scales.iter().map(|&s| waits(1796, 60_000, s)).collect();
         let rows = compare(&a, &b, 5.0);
-        let row = |m: &str| rows.iter().find(|r| r.metric == m).unwrap_or_else(|| panic!("{m}: {rows:?}"));
+        let row = |m: &str| {
+            rows.iter()
+                .find(|r| r.metric == m)
+                .unwrap_or_else(|| panic!("{m}: {rows:?}"))
+        };
         let mean = row("pipe-mutex wait avg (ns)");
         assert!(mean.change_percent.abs() < 0.1 && !mean.significant, "{mean:?}");
         let p99 = row("pipe-mutex wait p99 (ns)");
@@ -409,7 +413,11 @@ mod tests {
         let d = p99.difference.unwrap();
         assert!((d.change_percent - 20.0).abs() < 6.25 * 2.0, "{d:?}");
         assert!(d.ci_low_percent > 0.0, "the interval excludes zero: {d:?}");
-        assert!(compare(&a, &a, 5.0).iter().all(|r| !r.significant && r.change_percent == 0.0));
+        assert!(
+            compare(&a, &a, 5.0)
+                .iter()
+                .all(|r| !r.significant && r.change_percent == 0.0)
+        );
     }
 
     #[test]

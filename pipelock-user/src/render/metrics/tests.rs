@@ -20,7 +20,10 @@ fn kernel_addresses_leave_the_host_only_when_asked() {
     report.locks[0].name = "0xffff888122f3a6c0 in pipe:[4242] call".to_owned();
     let hidden = exposed(report.clone());
     let (one, two) = (openmetrics(hidden.clone()), openmetrics(hidden.clone()));
-    assert!(!one.contains("0xffff") && !one.contains("ffff888122f3a6c0"), "{one}");
+    assert!(
+        !one.contains("0xffff") && !one.contains("ffff888122f3a6c0"),
+        "{one}"
+    );
     assert!(one.contains("lock=\"lock-"), "{one}");
     assert!(one.contains(" in pipe:[4242] call\""), "{one}");
     assert_eq!(one, two, "the id is stable");
@@ -28,10 +31,19 @@ fn kernel_addresses_leave_the_host_only_when_asked() {
         addresses: Addresses::Exposed,
         ..(*exposed(report)).clone()
     }));
-    assert!(open.contains("lock=\"0xffff888122f3a6c0 in pipe:[4242] call\""), "{open}");
+    assert!(
+        open.contains("lock=\"0xffff888122f3a6c0 in pipe:[4242] call\""),
+        "{open}"
+    );
     // Other keys, other ids; short hex numbers are no addresses.
-    assert_ne!(Addresses::hidden().apply("0xffff888122f3a6c0"), Addresses::hidden().apply("0xffff888122f3a6c0"));
-    assert_eq!(Addresses::hidden().apply("wait_lock+0x8 0x1f"), "wait_lock+0x8 0x1f");
+    assert_ne!(
+        Addresses::hidden().apply("0xffff888122f3a6c0"),
+        Addresses::hidden().apply("0xffff888122f3a6c0")
+    );
+    assert_eq!(
+        Addresses::hidden().apply("wait_lock+0x8 0x1f"),
+        "wait_lock+0x8 0x1f"
+    );
 }
 
 /// The sample's lock: waits of 100, 200 and 4000 ns.
