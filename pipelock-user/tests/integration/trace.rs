@@ -2,7 +2,10 @@
 use super::*;
 
 fn trace_sees_the_herds_pipe_locks() -> Result<Outcome> {
-    let limit = if in_vm() { "30000" } else { "100000" };
+    // Enough tokens that the herd contends its pipe even when the
+    // scheduler is unkind: a clean CI run once passed 100 000 of them in
+    // 0.17 s without a single contended acquisition.
+    let limit = if in_vm() { "30000" } else { "400000" };
     let report = match trace_json(
         &["--mode", "tracepoint"],
         &["run", "pipe-herd", "-k", "5", "--limit", limit, "-q"],
