@@ -38,6 +38,8 @@ mod ab_source_git;
 mod browser;
 #[path = "integration/callers.rs"]
 mod callers;
+#[path = "integration/compare.rs"]
+mod compare;
 #[path = "integration/contract.rs"]
 mod contract;
 #[path = "integration/exact.rs"]

@@ -90,7 +90,9 @@ pub enum Command {
         name: String,
         file: PathBuf,
     },
-    /// Compare two `pipelock run --json` results: mean ± sd, delta, Welch's t-test.
+    /// Compare two `pipelock run --json` results: mean ± sd, delta, Welch's
+    /// t-test; for results of `run --trace`, also each lock class's wait and
+    /// hold mean, p50 and p99, judged across runs with a 95% interval.
     Compare {
         /// The baseline ("before") result file.
         a: PathBuf,

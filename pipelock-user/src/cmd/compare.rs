@@ -2,11 +2,12 @@
 //! pastes into a mail, with Welch's t-test on the per-run values.
 use std::path::Path;
 
+use super::verdict::{self, Figures};
 use crate::{
     Error,
     workload::{
         report::{self, Report, format_value},
-        stats::{Summary, welch_t_test},
+        stats::{DEFAULT_DETECT_PERCENT, Summary, welch_t_test},
     },
 };
 
@@ -115,15 +116,52 @@ pub fn render(a_name: &str, b_name: &str, a: &Report, rows: &[Row]) -> String {
     )
 }
 
+/// Each run's lock figures (`run --trace`), without the workload's own
+/// (the table above has it); None unless every run of the result has them.
+fn lock_figures(report: &Report) -> Option<Vec<Figures>> {
+    report
+        .runs
+        .iter()
+        .map(|run| {
+            let mut figures = run.lock_figures.clone()?;
+            figures.retain(|metric, _| !verdict::is_workload_figure(metric));
+            Some(figures)
+        })
+        .collect()
+}
+
+/// The lock figures' rows, as `pipelock ab` judges them; None unless both
+/// results have them.
+pub fn lock_rows(a: &Report, b: &Report) -> Option<Vec<verdict::Row>> {
+    Some(verdict::compare(
+        &lock_figures(a)?,
+        &lock_figures(b)?,
+        DEFAULT_DETECT_PERCENT,
+    ))
+}
+
+/// The lock figures' table, as `pipelock ab` prints it, or why there is
+/// none.
+pub fn render_locks(a_name: &str, b_name: &str, a: &Report, b: &Report) -> String {
+    match lock_rows(a, b) {
+        Some(rows) if rows.is_empty() => "lock figures: none that both results have\n".to_owned(),
+        Some(rows) => format!(
+            "lock figures, per run (each run's own percentiles, compared across runs):\n{}",
+            verdict::render(a_name, b_name, &rows, DEFAULT_DETECT_PERCENT)
+        ),
+        None => "lock figures: not in both results (record each with `pipelock run … --trace --json F`)\n"
+            .to_owned(),
+    }
+}
+
 pub fn compare(a_path: &Path, b_path: &Path) -> Result<String, Error> {
     let (a, b) = (report::load(a_path)?, report::load(b_path)?);
     let rows = rows(&a, &b)?;
-    Ok(render(
-        &a_path.display().to_string(),
-        &b_path.display().to_string(),
-        &a,
-        &rows,
-    ))
+    let (a_name, b_name) = (a_path.display().to_string(), b_path.display().to_string());
+    let mut text = render(&a_name, &b_name, &a, &rows);
+    text.push('\n');
+    text.push_str(&render_locks(&a_name, &b_name, &a, &b));
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -158,6 +196,38 @@ mod tests {
         assert!(rows[0].p_value.unwrap() < ALPHA);
         let text = render("a", "b", &a2, &rows);
         assert!(text.contains("yes: better"), "{text}");
+    }
+
+    /// Results of `run --trace` whose runs have the same mean wait, B's
+    /// p99 20 % longer: the lock table marks the p99, not the mean.
+    #[test]
+    fn a_longer_tail_is_marked_in_p99_and_not_in_the_mean() {
+        let with_tail = |p99: f64| {
+            let mut report = fixture();
+            for (run, noise) in report.runs.iter_mut().zip([0.99, 1.01]) {
+                run.lock_figures = Some(Figures::from([
+                    ("pipe-herd wall time (s)".to_owned(), 1.0),
+                    ("pipe-mutex wait avg (ns)".to_owned(), 500.0 * noise),
+                    ("pipe-mutex wait p99 (ns)".to_owned(), p99 * noise),
+                ]));
+            }
+            report
+        };
+        let (a, b) = (with_tail(4000.0), with_tail(4800.0));
+        let rows = lock_rows(&a, &b).unwrap();
+        let row = |metric: &str| rows.iter().find(|r| r.metric == metric).unwrap();
+        let p99 = row("pipe-mutex wait p99 (ns)");
+        assert!(
+            p99.significant && (p99.change_percent - 20.0).abs() < 1e-9,
+            "{p99:?}"
+        );
+        assert!(p99.difference.unwrap().ci_low_percent > 0.0, "{p99:?}");
+        assert!(!row("pipe-mutex wait avg (ns)").significant);
+        // The headline has its own table; it is not repeated here.
+        assert!(rows.iter().all(|r| !r.metric.contains("wall time")));
+        assert!(lock_rows(&a, &a).unwrap().iter().all(|r| !r.significant));
+        assert!(render_locks("a", "b", &a, &b).contains("wait p99 (ns)"));
+        assert!(render_locks("a", "b", &fixture(), &b).contains("not in both results"));
     }
 
     #[test]

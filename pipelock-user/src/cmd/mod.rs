@@ -10,6 +10,7 @@ pub mod run;
 pub mod serve;
 pub mod top;
 pub mod trace;
+pub mod verdict;
 
 use crate::{
     Error,

@@ -4,11 +4,13 @@ use crate::{
     Error,
     bpf::Filters,
     cli::WorkloadCommand,
+    cmd::verdict::figures,
     collect::{Background, DRAIN_PERIOD, Flow, Tracer},
     model::{ClassSet, LockClass},
     render,
     workload::{
-        self, Workload, herd::PipeHerd, lockref::LockrefStat, stream::PipeStream, throughput::PipeThroughput,
+        self, Workload, herd::PipeHerd, lockref::LockrefStat, report::Run, stream::PipeStream,
+        throughput::PipeThroughput,
     },
 };
 
@@ -36,14 +38,14 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     };
     // The workload's processes are this one's children and theirs. The
     // maps are drained each second while it runs, as by `pipelock trace`.
-    let mut collector = if trace.trace {
+    let collector = if trace.trace {
         let filters = Filters {
             follow_children: true,
             classes,
             ..Filters::default()
         };
         let tracer = Tracer::attach(trace.trace_mode, &filters, ebpf_log)?;
-        Some(Background::start(
+        Some(Background::start_in_parts(
             tracer,
             DRAIN_PERIOD,
             |collector, tracer| collector.drain(tracer).map(|_| Flow::Continue),
@@ -55,16 +57,32 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     } else {
         None
     };
-    // The trace goes into the result file too, taken once the runs end.
+    // Both hooks below use it, one after the other.
+    let collector = std::cell::RefCell::new(collector);
+    let (name, metric) = (workload.name(), workload.metric());
+    // Each run's own lock figures, so `compare` has one value per run to
+    // judge a percentile by; the trace of all runs goes into the result
+    // file too, taken once the runs end.
+    let mut after_each = |run: &mut Run| {
+        if let Some(collector) = collector.borrow().as_ref() {
+            let part = collector.end_part()?;
+            let result = serde_json::json!({
+                "workload": name, "metric": metric, "runs": [&*run], "trace": part,
+            });
+            run.lock_figures = Some(figures(&result).map_err(|reason| Error::Workload { reason })?);
+        }
+        Ok(())
+    };
     let mut traced = None;
-    let report = workload::run_then(workload.as_ref(), &common, &mut |report| {
-        if let Some(collector) = collector.take() {
+    let mut finish = |report: &mut workload::report::Report| {
+        if let Some(collector) = collector.borrow_mut().take() {
             let trace = collector.finish()?;
             report.trace = trace.as_ref().and_then(|t| serde_json::to_value(t).ok());
             traced = trace;
         }
         Ok(())
-    })?;
+    };
+    let report = workload::run_then(workload.as_ref(), &common, &mut after_each, &mut finish)?;
     print!("{}", report.render(&workload.describe_summary(&report)));
     if let Some(trace) = traced {
         println!();

@@ -9,13 +9,17 @@ use std::{
 };
 
 use super::{IntervalCollector, Tracer};
-use crate::Error;
+use crate::{Error, model::TraceReport};
 
 /// What the foreground asks of the collector.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Control {
     /// Start the running totals afresh.
     Reset,
+    /// Drain now and answer with the report of the part that ends
+    /// (`IntervalCollector::end_part`): the foreground waits for it, so
+    /// nothing of the next part is in it.
+    EndPart(mpsc::SyncSender<Result<TraceReport, Error>>),
     /// Finish: the last step runs, then the tracer is dropped (detached).
     Stop,
 }
@@ -42,6 +46,33 @@ impl<T: Send + 'static> Background<T> {
     pub fn start(
         tracer: Tracer,
         period: Duration,
+        each_tick: impl FnMut(&mut IntervalCollector, &mut Tracer) -> Result<Flow, Error> + Send + 'static,
+        at_stop: impl FnOnce(&mut IntervalCollector, &mut Tracer) -> Result<T, Error> + Send + 'static,
+    ) -> Result<Self, Error>
+    where
+        T: Default,
+    {
+        Self::spawn(tracer, period, false, each_tick, at_stop)
+    }
+
+    /// As `start`, with the collector keeping parts for `end_part`: from
+    /// attach to the first `end_part`, and from each to the next.
+    pub fn start_in_parts(
+        tracer: Tracer,
+        period: Duration,
+        each_tick: impl FnMut(&mut IntervalCollector, &mut Tracer) -> Result<Flow, Error> + Send + 'static,
+        at_stop: impl FnOnce(&mut IntervalCollector, &mut Tracer) -> Result<T, Error> + Send + 'static,
+    ) -> Result<Self, Error>
+    where
+        T: Default,
+    {
+        Self::spawn(tracer, period, true, each_tick, at_stop)
+    }
+
+    fn spawn(
+        tracer: Tracer,
+        period: Duration,
+        in_parts: bool,
         mut each_tick: impl FnMut(&mut IntervalCollector, &mut Tracer) -> Result<Flow, Error> + Send + 'static,
         at_stop: impl FnOnce(&mut IntervalCollector, &mut Tracer) -> Result<T, Error> + Send + 'static,
     ) -> Result<Self, Error>
@@ -54,10 +85,16 @@ impl<T: Send + 'static> Background<T> {
             .spawn(move || -> Result<T, Error> {
                 let mut tracer = tracer;
                 let mut collector = IntervalCollector::new(&tracer);
+                if in_parts {
+                    collector.track_parts();
+                }
                 let mut next = Instant::now() + period;
                 loop {
                     match commands.recv_timeout(next.saturating_duration_since(Instant::now())) {
                         Ok(Control::Reset) => collector.reset(),
+                        Ok(Control::EndPart(answer)) => {
+                            let _ = answer.send(collector.end_part(&mut tracer));
+                        }
                         Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => {
                             return at_stop(&mut collector, &mut tracer);
                         }
@@ -81,6 +118,14 @@ impl<T: Send + 'static> Background<T> {
     /// already answers nothing (its result comes from `finish`).
     pub fn send(&self, what: Control) {
         let _ = self.control.send(what);
+    }
+
+    /// Ends the current part and returns its report; the collector must
+    /// have been started with `track_parts`.
+    pub fn end_part(&self) -> Result<TraceReport, Error> {
+        let (answer, report) = mpsc::sync_channel(1);
+        self.send(Control::EndPart(answer));
+        report.recv().unwrap_or(Err(Error::CollectorPanicked))
     }
 
     /// Whether the thread has ended (an error, or nobody listening).

@@ -151,6 +151,10 @@ pub struct IntervalCollector {
     last: Instant,
     /// When the running total starts (attach, or the last reset).
     since: Instant,
+    /// `track_parts`: the figures since the previous part ended, so a
+    /// command that runs its workload several times can report each run's
+    /// own locks (their identities come from `total`).
+    part: Option<(RunningTotal, Instant)>,
 }
 
 impl IntervalCollector {
@@ -159,7 +163,13 @@ impl IntervalCollector {
             total: RunningTotal::new(MAX_TRACKED_LOCKS),
             last: tracer.started(),
             since: tracer.started(),
+            part: None,
         }
+    }
+
+    /// Keeps a second running total that `end_part` reports and restarts.
+    pub fn track_parts(&mut self) {
+        self.part = Some((RunningTotal::new(MAX_TRACKED_LOCKS), Instant::now()));
     }
 
     /// Starts the running total afresh (`r` in `pipelock top`).
@@ -191,6 +201,9 @@ impl IntervalCollector {
             }
         }
         self.total.add(&fresh, &fresh_ids);
+        if let Some((part, _)) = &mut self.part {
+            part.add(&fresh, &Identities::default());
+        }
         let interval = self.last.elapsed();
         self.last = Instant::now();
         Ok(Drained {
@@ -210,19 +223,23 @@ impl IntervalCollector {
     /// The report of everything since attach (or the last reset), the
     /// retired locks folded in per class.
     pub fn total_report(&self, tracer: &Tracer, fill: &[MapFill]) -> Result<TraceReport, Error> {
-        let mut total = tracer.build_report(&self.total.taken, &self.total.known, self.since.elapsed())?;
+        let mut total = report_of(tracer, &self.total, &self.total.known, self.since)?;
         total.maps = fill.to_vec();
-        if !self.total.retired.is_empty() {
-            let (mode, hooked) = (tracer.short_mode(), tracer.attached().mode.is_hooked());
-            for (class, (count, stats)) in &self.total.retired {
-                total
-                    .locks
-                    .push(rows::retired(*class, *count, stats, &mode, hooked));
-            }
-            sort_rows(&mut total.locks, SortKey::WaitTotal);
-            total.totals = TraceReport::totals(&total.locks);
-        }
         Ok(total)
+    }
+
+    /// Drains, then reports what the kernel gathered since the previous
+    /// part ended (or since `track_parts`), and starts the next part.
+    pub fn end_part(&mut self, tracer: &mut Tracer) -> Result<TraceReport, Error> {
+        let drained = self.drain(tracer)?;
+        let Some((part, since)) = &mut self.part else {
+            return Err(Error::Usage("the collector keeps no parts".into()));
+        };
+        let mut report = report_of(tracer, part, &self.total.known, *since)?;
+        report.maps = drained.fill;
+        part.clear();
+        *since = Instant::now();
+        Ok(report)
     }
 
     /// A drain with both reports (`pipelock top` shows both).
@@ -234,6 +251,27 @@ impl IntervalCollector {
             fill: drained.fill,
         })
     }
+}
+
+/// The report of a running total, its retired locks folded in per class.
+fn report_of(
+    tracer: &Tracer,
+    total: &RunningTotal,
+    known: &Identities,
+    since: Instant,
+) -> Result<TraceReport, Error> {
+    let mut report = tracer.build_report(&total.taken, known, since.elapsed())?;
+    if !total.retired.is_empty() {
+        let (mode, hooked) = (tracer.short_mode(), tracer.attached().mode.is_hooked());
+        for (class, (count, stats)) in &total.retired {
+            report
+                .locks
+                .push(rows::retired(*class, *count, stats, &mode, hooked));
+        }
+        sort_rows(&mut report.locks, SortKey::WaitTotal);
+        report.totals = TraceReport::totals(&report.locks);
+    }
+    Ok(report)
 }
 
 /// One drain: the figures since the previous one, and the maps' fill.

@@ -174,14 +174,16 @@ fn progress_bar(workload: &dyn Workload, runs: u32, quiet: bool) -> ProgressBar 
 /// Runs the workload `--runs` times and builds the report. On Ctrl-C the
 /// current run is killed and the report holds the runs that finished.
 pub fn run(workload: &dyn Workload, common: &CommonArgs) -> Result<Report, Error> {
-    run_then(workload, common, &mut |_| Ok(()))
+    run_then(workload, common, &mut |_| Ok(()), &mut |_| Ok(()))
 }
 
-/// [`run`], with `finish` completing the report before its files are
-/// written (`--trace` adds the trace there).
+/// [`run`], with `after_each` completing each run as it ends and `finish`
+/// the report before its files are written (`--trace` adds each run's lock
+/// figures and the whole trace there).
 pub fn run_then(
     workload: &dyn Workload,
     common: &CommonArgs,
+    after_each: &mut dyn FnMut(&mut Run) -> Result<(), Error>,
     finish: &mut dyn FnMut(&mut Report) -> Result<(), Error>,
 ) -> Result<Report, Error> {
     let outputs = crate::output::Outputs::prepare(common.json.as_deref(), common.csv.as_deref())?;
@@ -198,7 +200,8 @@ pub fn run_then(
         bar.set_prefix(format!("run {}/{}", index + 1, common.runs));
         shared.reset();
         match run_once(workload, common, &shared, &bar, index)? {
-            Some(run) => {
+            Some(mut run) => {
+                after_each(&mut run)?;
                 for line in workload.describe_run(&run) {
                     bar.suspend(|| println!("{line}"));
                 }
@@ -315,6 +318,7 @@ fn run_once(
             elapsed_s,
             counters,
             details: measurement.details,
+            lock_figures: None,
         })),
         Ok(LeaderMessage::Failed { error }) => Err(Error::Workload { reason: error }),
         Err(_) if libc::WIFSIGNALED(status) => Err(Error::Workload {

@@ -27,6 +27,11 @@ pub struct Run {
     pub elapsed_s: f64,
     pub counters: Counters,
     pub details: serde_json::Value,
+    /// `--trace`: this run's own lock figures (per class: counts per
+    /// operation, wait and hold mean, p50 and p99, the owners' split), so
+    /// `compare` can judge them across runs as it judges the headline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_figures: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -175,6 +175,9 @@ pub fn t_quantile(p: f64, df: f64) -> f64 {
 /// Power of the detectable-change figure: a change that large is found
 /// in four of five such experiments.
 pub const POWER: f64 = 0.8;
+/// The change (%) a verdict asks about unless told otherwise: if the runs
+/// cannot detect it, the verdict says how many runs would.
+pub const DEFAULT_DETECT_PERCENT: f64 = 5.0;
 
 /// What two sets of runs can say about the change from A to B, in % of
 /// A's mean.

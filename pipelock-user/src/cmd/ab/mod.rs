@@ -9,7 +9,6 @@
 //! checksummed on the serial console.
 mod build;
 pub mod guest;
-mod table;
 
 use std::{
     path::PathBuf,
@@ -22,11 +21,12 @@ use pipelock_vm::{
 };
 use serde::Serialize;
 
+use self::guest::Kernel;
 pub use self::{
     build::{Kernels, kernels_asked},
     guest::emit,
 };
-use self::{guest::Kernel, table::Figures};
+use crate::cmd::verdict::{self as table, Figures};
 use crate::{Error, output::Outputs};
 
 pub struct Options {

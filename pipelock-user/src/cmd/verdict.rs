@@ -1,7 +1,8 @@
-//! What `pipelock ab` compares: the figures of each run's JSON result (the
-//! workload's headline, and per lock class the acquisitions and
-//! contentions per operation, wait and hold mean and p99, what owners did),
-//! and the comparison table, as the kernel test robot prints it:
+//! What `pipelock ab` and `pipelock compare` judge: the figures of each
+//! run's JSON result (the workload's headline, and per lock class the
+//! acquisitions and contentions per operation, wait and hold mean, p50 and
+//! p99, what owners did; `run --trace` stores them per run), and the
+//! comparison table, as the kernel test robot prints it:
 //! `A mean ± sd%   %change   B mean ± sd%   metric`, with Welch's test
 //! marking what changed.
 use std::collections::BTreeMap;
