@@ -63,6 +63,7 @@ impl CpuLocalDetails {
             wait_max_ns: 0,
             hold_ns: 0,
             holder_ns: [0; crate::holder::STATES],
+            sampled: [0; crate::sampling::FIELDS],
         }; CPU_LOCAL_PARTS],
     };
 

@@ -116,6 +116,101 @@ pub struct DetailStats {
     /// By owner: of `wait_ns`, the time the owner was in each [`holder`]
     /// state (0 for every state where it was not watched).
     pub holder_ns: [u64; holder::STATES],
+    /// By caller: what the variances of the estimates above are made of,
+    /// summed over the records of sampled stacks ([`sampling`]).
+    pub sampled: [u64; sampling::FIELDS],
+}
+
+/// Sampled call stacks. Unwinding a kernel stack costs ten times the rest
+/// of a `contention_begin`, so under heavy contention a CPU unwinds only
+/// some: every one up to `TraceConfig::stacks_exact` an interval, then
+/// each with probability 1/w (`TraceConfig::stack_sample`). Waits are
+/// heavy-tailed, and a rare long wait left out would take its share of the
+/// wait total with it: in tracepoint mode a wait of [`sampling::LONG_WAIT_NS`]
+/// or more is always recorded, its stack unwound at `contention_end` if the
+/// begin left it out. A record taken with probability 1/w counts w times in
+/// its caller's counts and totals (the Horvitz–Thompson estimator: unbiased,
+/// since whether a stack is taken never depends on which stack it is), and
+/// adds w(w−1)·x² to the variance of the estimate of a total of x. With w
+/// the same for every sampled record, the part keeps the sums of x² here
+/// and userspace multiplies by w(w−1).
+pub mod sampling {
+    /// `DetailStats::sampled[RECORDS]`: records of sampled stacks.
+    pub const RECORDS: usize = 0;
+    /// Of them, contended acquisitions.
+    pub const CONTENDED: usize = 1;
+    /// Σ (wait_ns >> SQUARE_SHIFT)², Σ (hold_ns >> SQUARE_SHIFT)²: in
+    /// units of 32 ns, fine for the sub-microsecond waits that are sampled
+    /// (longer ones are not, in tracepoint mode), and a hold of a second
+    /// (hooked modes) squares to 10^15.
+    pub const WAIT_SQUARES: usize = 2;
+    pub const HOLD_SQUARES: usize = 3;
+    pub const FIELDS: usize = 4;
+    pub const SQUARE_SHIFT: u32 = 5;
+
+    /// Tracepoint mode: waits this long are never sampled.
+    pub const LONG_WAIT_NS: u64 = 10_000;
+
+    /// A stack id's flag: the stack was taken at random, one in
+    /// `stack_sample` (ids are below the stack map's size, ≤ 2^18).
+    pub const SAMPLED: u32 = 1 << 31;
+    /// The stack id of a wait left out of the sample (its lock's own
+    /// figures count it; no caller row does).
+    pub const LEFT_OUT: u32 = super::NO_STACK - 1;
+
+    /// Stacks a CPU unwinds per interval before it samples, and the
+    /// default `stack_sample`: 1024 unwinds cost about 2.5 ms of a CPU's
+    /// second, so tracing that is not under heavy contention stays exact.
+    pub const EXACT_PER_INTERVAL: u32 = 1024;
+    pub const DEFAULT_SAMPLE: u32 = 32;
+
+    /// `(stack id, weight)` of a recorded id (None: left out).
+    #[inline(always)]
+    pub fn weighed(id: u32, sample: u32) -> Option<(u32, u64)> {
+        match id {
+            LEFT_OUT => None,
+            super::NO_STACK => Some((id, 1)),
+            _ if id & SAMPLED != 0 => Some((id & !SAMPLED, u64::from(sample.max(1)))),
+            _ => Some((id, 1)),
+        }
+    }
+
+    /// The squared figure a sampled record adds to its variance sums (in
+    /// units of 2^SQUARE_SHIFT ns, rounded to the nearest).
+    #[inline(always)]
+    pub fn square(ns: u64) -> u64 {
+        // (No `saturating_mul`: its 128-bit product is no BPF instruction.)
+        let units = ns.saturating_add(1 << (SQUARE_SHIFT - 1)) >> SQUARE_SHIFT;
+        if units > u64::from(u32::MAX) {
+            u64::MAX
+        } else {
+            units * units
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_sampled_id_weighs_the_sample_and_keeps_its_stack() {
+            assert_eq!(weighed(7 | SAMPLED, 32), Some((7, 32)));
+            assert_eq!(weighed(7, 32), Some((7, 1)));
+            assert_eq!(weighed(LEFT_OUT, 32), None);
+            assert_eq!(
+                weighed(super::super::NO_STACK, 32),
+                Some((super::super::NO_STACK, 1))
+            );
+        }
+
+        #[test]
+        fn squares_are_in_32_ns_units_and_saturate() {
+            assert_eq!(square(64), 4);
+            assert_eq!(square(15), 0);
+            assert_eq!(square(16), 1);
+            assert_eq!(square(u64::MAX), u64::MAX);
+        }
+    }
 }
 
 /// A thread's names, for owner and per-task rows (`TASK_NAMES`).

@@ -15,7 +15,9 @@ mod stats;
 pub mod summary;
 
 pub use cpu_local::{CPU_LOCAL_LOCKS, CPU_LOCAL_PARTS, CpuLocalDetails, CpuLocalStats};
-pub use details::{DetailKey, DetailStats, HolderClock, NO_STACK, STACK_FRAMES, TaskName, detail, holder};
+pub use details::{
+    DetailKey, DetailStats, HolderClock, NO_STACK, STACK_FRAMES, TaskName, detail, holder, sampling,
+};
 pub use drops::Drop;
 pub use stats::{BucketCount, Histogram, LockStats};
 
@@ -160,6 +162,11 @@ pub struct TraceConfig {
     pub btf_task: u32,
     /// `struct pt_regs`: a thread's user registers, cached by address.
     pub btf_pt_regs: u32,
+    /// Call stacks (`--callers`): each CPU unwinds the first
+    /// `stacks_exact` of an interval, then one in `stack_sample` at random
+    /// (1: every one); see [`sampling`].
+    pub stacks_exact: u32,
+    pub stack_sample: u32,
 }
 
 /// A contended acquisition in progress (`lock` 0: a free entry).
@@ -180,8 +187,6 @@ pub struct Pending {
     pub owner_tid: u32,
     pub owner_task: u64,
     pub holder_at_start: [u64; holder::STATES],
-    /// The waiter's call stack in `STACKS` ([`NO_STACK`]: none recorded).
-    pub stack_id: u32,
     /// 1 while `owner_task` is watched (from the first begin that sleeps:
     /// a waiter that only spins needs no watching, see `probes::holder`).
     pub watched: u32,

@@ -20,12 +20,12 @@
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use pipelock_common::{
     CPU_LOCAL_LOCKS, CPU_LOCAL_PARTS, CpuLocalDetails, CpuLocalStats, DetailKey, DetailStats, LockKey,
-    LockStats,
+    LockStats, sampling,
 };
 
 use crate::{
     counters::Update,
-    details::record_part,
+    details::record_weighed,
     maps::{in_interval_map, interval, stats_of},
 };
 
@@ -103,13 +103,34 @@ pub(crate) fn record_contended_wait(
     id: u32,
     ns: u64,
 ) -> Option<(&'static mut DetailStats, Update)> {
+    record_contended_weighed(lock, kind, id, 1, ns)
+}
+
+/// [`record_contended_wait`] of a wait that stands for `weight` of them (a
+/// sampled call stack: `pipelock_common::sampling`).
+#[inline(always)]
+pub(crate) fn record_contended_weighed(
+    lock: LockKey,
+    kind: u32,
+    id: u32,
+    weight: u64,
+    ns: u64,
+) -> Option<(&'static mut DetailStats, Update)> {
     if let Some(part) = cpu_local_detail_of(&DetailKey { lock, kind, id }) {
-        part.contentions += 1;
-        part.wait_ns += ns;
+        part.contentions += weight;
+        part.wait_ns += ns * weight;
         if ns > part.wait_max_ns {
             part.wait_max_ns = ns;
         }
+        if weight > 1 {
+            part.sampled[sampling::RECORDS] += 1;
+            part.sampled[sampling::CONTENDED] += 1;
+            part.sampled[sampling::WAIT_SQUARES] += sampling::square(ns);
+        }
         return Some((part, Update::Here));
     }
-    Some((record_part(lock, kind, id, false, true, ns, 0)?, Update::Shared))
+    Some((
+        record_weighed(lock, kind, id, weight, false, true, ns, 0)?,
+        Update::Shared,
+    ))
 }

@@ -1,28 +1,81 @@
 //! A lock's parts: its figures by owner, caller (call stack) or task, and
 //! the names of the threads those rows show.
-use aya_ebpf::{EbpfContext, helpers::bpf_get_current_comm, programs::tracing::StackIdContext};
-use pipelock_common::{DetailKey, DetailStats, Drop, LockKey, NO_STACK, TaskName, TraceConfig, detail};
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{bpf_get_current_comm, bpf_get_prandom_u32},
+    macros::map,
+    maps::PerCpuArray,
+    programs::tracing::StackIdContext,
+};
+use pipelock_common::{
+    DetailKey, DetailStats, Drop, LockKey, NO_STACK, TaskName, TraceConfig, detail, sampling,
+};
 
 use crate::{
     counters::bump,
-    drops::count_drop,
-    maps::{STACKS, TASK_NAMES, detail_of},
+    drops::count_only,
+    maps::{STACKS, TASK_NAMES, detail_of, interval},
 };
 
+/// Each CPU's stack unwinds so far in an interval: `[interval, unwinds]`.
+#[map]
+static STACK_BUDGET: PerCpuArray<[u32; 2]> = PerCpuArray::with_max_entries(1, 0);
+
 /// The current call stack's id in `STACKS` if callers are recorded
-/// ([`NO_STACK`] otherwise, or when it could not be stored).
+/// ([`NO_STACK`] otherwise, or when it could not be stored), flagged
+/// [`sampling::SAMPLED`] when taken at random, or [`sampling::LEFT_OUT`].
 #[inline(always)]
 pub(crate) fn stack_id<C: EbpfContext + StackIdContext>(cfg: &TraceConfig, ctx: &C) -> u32 {
     if cfg.details & (1 << detail::CALLER) == 0 {
         return NO_STACK;
     }
+    let flag = match take_stack(cfg) {
+        Some(flag) => flag,
+        None => return sampling::LEFT_OUT,
+    };
+    match unwound(ctx) {
+        NO_STACK => NO_STACK,
+        id => id | flag,
+    }
+}
+
+/// The current call stack's id in `STACKS` ([`NO_STACK`] when it could not
+/// be stored).
+#[inline(always)]
+pub(crate) fn unwound<C: EbpfContext + StackIdContext>(ctx: &C) -> u32 {
     match ctx.get_stackid(&STACKS, 0) {
         Ok(id) => id as u32,
         Err(_) => {
-            count_drop(Drop::StackLost);
+            // Counted, not logged: the report's drops line names it.
+            count_only(Drop::StackLost);
             NO_STACK
         }
     }
+}
+
+/// Whether to unwind this stack: `Some(0)` within the CPU's exact budget,
+/// `Some(SAMPLED)` drawn at random past it, None left out. Plain adds: a
+/// lost update only moves the switch to sampling by one stack.
+#[inline(always)]
+pub(crate) fn take_stack(cfg: &TraceConfig) -> Option<u32> {
+    if cfg.stack_sample <= 1 {
+        return Some(0);
+    }
+    if let Some(budget) = STACK_BUDGET.get_ptr_mut(0) {
+        // SAFETY: this CPU's value.
+        let budget = unsafe { &mut *budget };
+        let now = interval();
+        if budget[0] != now {
+            *budget = [now, 0];
+        }
+        if budget[1] < cfg.stacks_exact {
+            budget[1] += 1;
+            return Some(0);
+        }
+    }
+    // SAFETY: no preconditions.
+    let draw = unsafe { bpf_get_prandom_u32() };
+    (draw % cfg.stack_sample == 0).then_some(sampling::SAMPLED)
 }
 
 /// One acquisition (or contended wait) in a lock's part `kind`/`id`;
@@ -37,21 +90,52 @@ pub(crate) fn record_part(
     wait_ns: u64,
     hold_ns: u64,
 ) -> Option<&'static mut DetailStats> {
+    record_weighed(lock, kind, id, 1, acquired, contended, wait_ns, hold_ns)
+}
+
+/// [`record_part`] of a record that stands for `weight` of them (a sampled
+/// call stack: [`sampling`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_weighed(
+    lock: LockKey,
+    kind: u32,
+    id: u32,
+    weight: u64,
+    acquired: bool,
+    contended: bool,
+    wait_ns: u64,
+    hold_ns: u64,
+) -> Option<&'static mut DetailStats> {
     let part = detail_of(&DetailKey { lock, kind, id })?;
     // SAFETY: a live map value; every update of it is atomic.
     let part = unsafe { &mut *part };
     if acquired {
-        bump(&mut part.acquisitions, 1);
+        bump(&mut part.acquisitions, weight);
     }
     if contended {
-        bump(&mut part.contentions, 1);
+        bump(&mut part.contentions, weight);
     }
-    bump(&mut part.wait_ns, wait_ns);
+    bump(&mut part.wait_ns, wait_ns * weight);
     if wait_ns > part.wait_max_ns {
         part.wait_max_ns = wait_ns;
     }
     if hold_ns != 0 {
-        bump(&mut part.hold_ns, hold_ns);
+        bump(&mut part.hold_ns, hold_ns * weight);
+    }
+    if weight > 1 {
+        bump(&mut part.sampled[sampling::RECORDS], 1);
+        if contended {
+            bump(&mut part.sampled[sampling::CONTENDED], 1);
+        }
+        bump(
+            &mut part.sampled[sampling::WAIT_SQUARES],
+            sampling::square(wait_ns),
+        );
+        bump(
+            &mut part.sampled[sampling::HOLD_SQUARES],
+            sampling::square(hold_ns),
+        );
     }
     Some(part)
 }

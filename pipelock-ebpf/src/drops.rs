@@ -13,11 +13,19 @@ pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Drop::
 
 #[inline(always)]
 pub(crate) fn count_drop(reason: Drop) {
+    count_only(reason);
+    warn_full(reason);
+}
+
+/// [`count_drop`] without the log warning, where a program has no room
+/// for it: each inlined warning is a byte-copy loop the verifier walks, and
+/// `contention_end` (which unwinds call stacks) would pass its limit.
+#[inline(always)]
+pub(crate) fn count_only(reason: Drop) {
     if let Some(slot) = DROPS.get_ptr_mut(reason as u32) {
         // SAFETY: this CPU's slot (see `bump` for why atomic).
         unsafe { atomic_add(slot, 1) };
     }
-    warn_full(reason);
 }
 
 /// Which "map full" warnings have been logged (one slot per [`Drop`]).
@@ -35,9 +43,6 @@ fn warn_full(reason: Drop) {
         Drop::UsersFull => "LOCK_USERS is full: processes on locks are counted as users_full",
         Drop::WatchFull => "WATCHED is full: waits go unsplit, counted as watch_full",
         Drop::FollowFull => "TASK_FILTER is full: children of COMMAND are not followed",
-        Drop::StackLost => {
-            "STACKS is full or collided: stacks are counted as stack_lost (raise --stack-map-size)"
-        }
         _ => return,
     };
     let Some(flag) = WARNED.get_ptr_mut(reason as u32) else {

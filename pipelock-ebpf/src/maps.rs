@@ -69,6 +69,8 @@ pub(crate) static TRACE_CONFIG: TraceConfig = TraceConfig {
     btf_mutex: 0,
     btf_task: 0,
     btf_pt_regs: 0,
+    stacks_exact: 0,
+    stack_sample: 0,
 };
 
 /// Zeroed template for a lock's first per-CPU entry (too big for the stack).

@@ -58,6 +58,8 @@ mod memory;
 mod owners;
 #[path = "integration/perf.rs"]
 mod perf;
+#[path = "integration/perf_callers.rs"]
+mod perf_callers;
 #[path = "integration/probe.rs"]
 mod probe;
 #[path = "integration/report.rs"]

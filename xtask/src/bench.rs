@@ -197,6 +197,62 @@ pub fn bench_workloads(
 /// not verdicts).
 const TRACEPOINT_RATIO_GOAL: f64 = 0.97;
 const BEGIN_NS_GOAL: f64 = 400.0;
+/// `--callers` against the same build without: `contention_begin` at most
+/// this many times its ns per run, and BPF time at most this share of the
+/// workload's CPU.
+const CALLERS_BEGIN_RATIO_GOAL: f64 = 2.0;
+const CALLERS_BPF_SHARE_GOAL: f64 = 0.15;
+
+/// A row's ns per run of the program whose name starts with `prefix`.
+fn ns_per_run(row: &serde_json::Value, prefix: &str) -> Option<f64> {
+    let program = row["programs"].as_array()?.iter().find(|p| {
+        p["name"].as_str().is_some_and(|n| n.starts_with(prefix)) && p["run_count"].as_u64() > Some(0)
+    })?;
+    Some(program["run_time_ns"].as_f64()? / program["run_count"].as_f64()?)
+}
+
+/// The `--callers` goals, judged on the herd's tracepoint rows with and
+/// without call stacks (the same build, one run).
+fn callers_goals(rows: &[serde_json::Value]) -> Vec<String> {
+    let verdict = |met: bool| if met { "met" } else { "**missed**" };
+    let row = |tracer: &str| {
+        rows.iter()
+            .find(|r| r["workload"] == "pipe-herd" && r["tracer"] == tracer)
+    };
+    let (Some(plain), Some(callers)) = (row("tracepoint"), row("tracepoint, --callers")) else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    let both = |row: &serde_json::Value| {
+        Some(ns_per_run(row, "pipe_contention_begin")? + ns_per_run(row, "pipe_contention_end")?)
+    };
+    if let (Some(with), Some(without)) = (
+        ns_per_run(callers, "pipe_contention_begin"),
+        ns_per_run(plain, "pipe_contention_begin"),
+    ) {
+        let ratio = with / without;
+        lines.push(format!(
+            "pipe-herd tracepoint --callers: `contention_begin` {with:.0} ns a run against {without:.0} without ({ratio:.2}×, goal ≤ {CALLERS_BEGIN_RATIO_GOAL}×): {}",
+            verdict(ratio <= CALLERS_BEGIN_RATIO_GOAL)
+        ));
+    }
+    if let (Some(with), Some(without)) = (both(callers), both(plain)) {
+        // Stacks are unwound at the end: the pair is the honest cost.
+        lines.push(format!(
+            "pipe-herd tracepoint --callers: `contention_begin` + `contention_end` {with:.0} ns against {without:.0} without ({:.2}×)",
+            with / without
+        ));
+    }
+    if let Some(share) = callers["bpf_share_of_cpu"].as_f64() {
+        lines.push(format!(
+            "pipe-herd tracepoint --callers: BPF time {:.1} % of the workload's CPU (goal ≤ {:.0} %): {}",
+            share * 100.0,
+            CALLERS_BPF_SHARE_GOAL * 100.0,
+            verdict(share <= CALLERS_BPF_SHARE_GOAL)
+        ));
+    }
+    lines
+}
 const COLLECTOR_GOAL: f64 = 0.01;
 
 /// One line per goal this host's results say something about.
@@ -206,7 +262,8 @@ fn host_goals(results: &serde_json::Value) -> Vec<String> {
     }
     let verdict = |met: bool| if met { "met" } else { "**missed**" };
     let mut lines = Vec::new();
-    for row in results["rows"].as_array().into_iter().flatten() {
+    let rows = results["rows"].as_array().map_or(&[][..], Vec::as_slice);
+    for row in rows {
         let (workload, tracer) = (
             row["workload"].as_str().unwrap_or(""),
             row["tracer"].as_str().unwrap_or(""),
@@ -247,6 +304,7 @@ fn host_goals(results: &serde_json::Value) -> Vec<String> {
             ));
         }
     }
+    lines.extend(callers_goals(rows));
     lines
 }
 
@@ -313,8 +371,9 @@ pub fn bench_overhead(
          (fentry, kprobe), and in tracepoint mode on this host, the same hooks are also measured with \
          programs that return at once (`empty programs`): what the trampolines, kprobes or tracepoint \
          dispatch alone cost, the floor under pipelock's own programs (a herd's ratio moves with how its \
-         processes happen to be scheduled, more than with either's cost). On this host the herd is also traced with `--callers` (a kernel stack unwound per \
-         recorded acquisition), the opt-in cost a user weighs before turning it on; the default programs \
+         processes happen to be scheduled, more than with either's cost). On this host the herd is also traced with `--callers` (kernel stacks unwound at \
+         `contention_end`: each CPU's first 1 024 a second, then one in 32 and every wait of 10 µs or more), \
+         the opt-in cost a user weighs before turning it on; the default programs \
          include the holder-state ones on `sched_switch` and `sched_waking`. Ratios are measured with the kernel's run-time statistics off; one more traced run \
          per cell and pair, with them on (a scoped `BPF_ENABLE_STATS` descriptor), gives BPF runs and run \
          time; a cell shows the one whose ns per run is the median. \
@@ -422,6 +481,9 @@ mod tests {
                  "programs": [{"name": "pipe_contention_begin_btf", "run_count": 10, "run_time_ns": 2170}]},
                 {"workload": "pipe-herd", "tracer": "tracepoint, empty programs", "ratio_median": 1.0},
                 {"workload": "pipe-throughput", "tracer": "fentry", "ratio_median": 0.4},
+                {"workload": "pipe-herd", "tracer": "tracepoint, --callers", "bpf_share_of_cpu": 0.16,
+                 "programs": [{"name": "pipe_contention_begin_btf", "run_count": 10, "run_time_ns": 3000},
+                              {"name": "pipe_contention_end_btf", "run_count": 10, "run_time_ns": 3000}]},
             ]
         });
         let goals = host_goals(&results);
@@ -431,6 +493,8 @@ mod tests {
                 "pipe-herd tracepoint traced/untraced 0.950 (goal ≥ 0.97): **missed**",
                 "pipe-herd tracepoint `contention_begin` 217 ns a run (goal ≤ 400): met",
                 "pipe-herd tracepoint collector 0.20 % of one CPU (goal ≤ 1 %): met",
+                "pipe-herd tracepoint --callers: `contention_begin` 300 ns a run against 217 without (1.38×, goal ≤ 2×): met",
+                "pipe-herd tracepoint --callers: BPF time 16.0 % of the workload's CPU (goal ≤ 15 %): **missed**",
             ]
         );
         assert_eq!(

@@ -16,8 +16,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use pipelock_common::{
-    Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, Pending, RECORDED, TASK_SLOTS, TaskWaits, TraceConfig,
-    class, detail, holder::STATES, known,
+    Drop, LCB_F_MUTEX, LCB_F_SPIN, LockInfo, LockKey, NO_STACK, Pending, RECORDED, TASK_SLOTS, TaskWaits,
+    TraceConfig, class, detail, holder::STATES, known, sampling,
 };
 
 use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_owner_here, unwatch, watch};
@@ -25,8 +25,8 @@ use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_o
 use crate::{
     btf_ptr::BtfPtr,
     counters::{add, record_as},
-    cpu_local::{record_contended_wait, stats_to_record},
-    details::{name_current, stack_id},
+    cpu_local::{record_contended_wait, record_contended_weighed, stats_to_record},
+    details::{name_current, take_stack, unwound},
     drops::count_drop,
     files::{file_of_fd, pipe_of_file},
     filter::wanted,
@@ -267,7 +267,6 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
         owner_tid: 0,
         owner_task: 0,
         holder_at_start: [0; STATES],
-        stack_id: stack_id(cfg, ctx),
         watched: 0,
     };
     if class == class::PIPE_MUTEX && owners_wanted(cfg) {
@@ -294,7 +293,7 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
 }
 
 #[inline(always)]
-fn on_end(lock: u64) {
+fn on_end<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(slot) = TASK_WAITS.get_ptr_mut(pid_tgid as u32 % TASK_SLOTS) else {
         return;
@@ -327,8 +326,10 @@ fn on_end(lock: u64) {
             owner_split(watched, spun_behind_owner, ns, now),
         );
     }
-    if cfg.details & (1 << detail::CALLER) != 0 {
-        let _ = record_contended_wait(key, detail::CALLER, wait.stack_id, ns);
+    if cfg.details & (1 << detail::CALLER) != 0
+        && let Some((id, weight)) = caller_of_wait(ctx, cfg, ns)
+    {
+        let _ = record_contended_weighed(key, detail::CALLER, id, weight, ns);
     }
     if cfg.details & (1 << detail::TASK) != 0 {
         let _ = record_contended_wait(key, detail::TASK, pid_tgid as u32, ns);
@@ -343,6 +344,27 @@ fn on_end(lock: u64) {
     record_as(&mut stats.wait, ns, how);
 }
 
+/// The stack a wait of `ns` is recorded under, and its weight; None: left
+/// out of the sample. Unwound here, once the wait is timed: an unwind at
+/// the begin would be timed as part of the wait, or (before the clock is
+/// read) spend part of it, so that sampled waits would read shorter than
+/// the rest. The caller's frames are the begin's (`contention_end` fires
+/// in the same lock function). A long wait always counts, once.
+#[inline(always)]
+fn caller_of_wait<C: EbpfContext + StackIdContext>(
+    ctx: &C,
+    cfg: &TraceConfig,
+    ns: u64,
+) -> Option<(u32, u64)> {
+    let flag = if ns >= sampling::LONG_WAIT_NS {
+        0
+    } else {
+        take_stack(cfg)?
+    };
+    let id = unwound(ctx);
+    sampling::weighed(if id == NO_STACK { id } else { id | flag }, cfg.stack_sample)
+}
+
 #[btf_tracepoint(function = "contention_begin")]
 pub fn pipe_contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
     // contention_begin(void *lock, unsigned int flags)
@@ -355,7 +377,7 @@ pub fn pipe_contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
 pub fn pipe_contention_end_btf(ctx: BtfTracePointContext) -> i32 {
     // contention_end(void *lock, int ret)
     let lock: u64 = ctx.arg(0);
-    on_end(lock);
+    on_end(&ctx, lock);
     0
 }
 
@@ -377,7 +399,7 @@ pub fn pipe_contention_begin_tp(ctx: TracePointContext) -> u32 {
 pub fn pipe_contention_end_tp(ctx: TracePointContext) -> u32 {
     // SAFETY: a read inside the tracepoint record.
     if let Ok(lock) = unsafe { ctx.read_at::<u64>(TP_LOCK_ADDR) } {
-        on_end(lock);
+        on_end(&ctx, lock);
     }
     0
 }

@@ -2,7 +2,7 @@
 //! (from BTF) and the filters, as one `TraceConfig` global.
 use std::path::Path;
 
-use pipelock_common::{TraceConfig, detail, task_filter};
+use pipelock_common::{TraceConfig, detail, sampling, task_filter};
 
 use super::memory::MapSizes;
 use crate::{Error, kernel::KernelBtf, model::ClassSet};
@@ -28,11 +28,18 @@ pub struct Filters {
     /// `stack_map_size` stacks (None: the default).
     pub callers: bool,
     pub stack_map_size: Option<u32>,
+    /// Past each CPU's exact budget, unwind one call stack in this many
+    /// (`--stack-sample`; None: the default, 1: every one).
+    pub stack_sample: Option<u32>,
     /// Record each waiting thread's share (`--by task`).
     pub by_task: bool,
     /// Split pipe-mutex holds by what the holder did (`--hold-states`).
     pub hold_states: bool,
 }
+
+/// The sparsest stack sample: rarer, and a caller's estimate rests on too
+/// few stacks to be worth its margin.
+const MAX_STACK_SAMPLE: u32 = 4096;
 
 /// Longest comm the kernel keeps (`TASK_COMM_LEN` - 1).
 const COMM_MAX: usize = 15;
@@ -43,6 +50,11 @@ impl Filters {
     pub fn check(&self) -> Result<(), Error> {
         MapSizes::with_stacks(self.max_locks, self.stack_map_size)?;
         let usage = |why: String| Err(Error::Usage(why));
+        if let Some(n) = self.stack_sample.filter(|n| !(1..=MAX_STACK_SAMPLE).contains(n)) {
+            return usage(format!(
+                "--stack-sample {n}: one stack in N, N from 1 (every one) to {MAX_STACK_SAMPLE}"
+            ));
+        }
         for (flag, ids, what) in [("-p", &self.pids, "process"), ("-t", &self.tids, "thread")] {
             for &id in ids {
                 if id == 0 {
@@ -181,6 +193,8 @@ pub fn trace_config(btf: &KernelBtf, filters: &Filters) -> Result<TraceConfig, E
         btf_mutex: btf.struct_id("mutex")?,
         btf_task: btf.struct_id("task_struct")?,
         btf_pt_regs: btf.struct_id("pt_regs")?,
+        stacks_exact: sampling::EXACT_PER_INTERVAL,
+        stack_sample: filters.stack_sample.unwrap_or(sampling::DEFAULT_SAMPLE),
     })
 }
 

@@ -276,6 +276,7 @@ mod tests {
             wait_total_ns: 4300,
             wait_max_ns: 4000,
             hold_total_ns: None,
+            margin: None,
         }];
         let path = write_flamegraph(&report, &dir).unwrap();
         assert!(path.starts_with(&dir) && path.extension().is_some_and(|e| e == "svg"));

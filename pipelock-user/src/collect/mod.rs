@@ -73,6 +73,8 @@ pub struct Tracer {
     /// The scheduler programs that follow waited-for owners are attached:
     /// waits are split by what the owner was doing.
     holder_split: bool,
+    /// What a sampled call stack stood for (`TraceConfig::stack_sample`).
+    stack_sample: u32,
     /// How reports are cut (`--by`, `--stack-depth`, filters).
     view: ReportView,
     /// The kernel's preemption model, where debugfs says: whether fentry
@@ -214,6 +216,14 @@ impl Tracer {
                     .to_owned(),
             );
         }
+        if filters.callers && config.stack_sample > 1 {
+            notes.push(format!(
+                "callers: each CPU unwinds the first {} call stacks a second, then one in {} at random; where \
+                 a caller's stacks were sampled its counts and waits are estimates, given with their 95 % margin \
+                 (--stack-sample 1 unwinds every one, at about ten times the cost of a contention_begin)",
+                config.stacks_exact, config.stack_sample
+            ));
+        }
         let holder_split = filters.details() & (1 << detail::OWNER) != 0
             && bodies == HookBodies::Pipelock
             && match bpf::attach::holder_programs(&mut ebpf) {
@@ -238,6 +248,7 @@ impl Tracer {
             notes,
             symbols,
             holder_split,
+            stack_sample: config.stack_sample,
             view: ReportView::default(),
             preemption,
             kprobes,
@@ -315,6 +326,7 @@ impl Tracer {
                 hooked,
                 holder_split: self.holder_split,
                 view: &self.view,
+                stack_sample: self.stack_sample,
             },
         );
         let mut drops = maps::read_drops(&self.ebpf)?;

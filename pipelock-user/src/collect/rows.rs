@@ -66,6 +66,8 @@ pub struct RowContext<'a> {
     /// Whether owners' states were watched (the scheduler programs attached).
     pub holder_split: bool,
     pub view: &'a ReportView,
+    /// What a sampled call stack stood for (`TraceConfig::stack_sample`).
+    pub stack_sample: u32,
 }
 
 /// The rows of one report: per lock (busiest first), and across locks by
@@ -114,6 +116,7 @@ pub fn rows(taken: &Taken, cx: &RowContext) -> Rows {
                 &stack_of,
                 cx.view.stack_depth,
                 cx.hooked,
+                cx.stack_sample,
             );
             callers.retain(|c| cx.view.keeps_caller(c));
             LockRow {

@@ -10,7 +10,7 @@ pub mod report;
 pub mod timing;
 pub mod view;
 
-pub use callers::{ByKey, CallerRow, TaskRow};
+pub use callers::{ByKey, CallerMargin, CallerRow, TaskRow};
 pub use class::{ClassSet, LockClass, class_label};
 pub use owners::{HoldState, HolderState, OwnerRow};
 pub use report::{

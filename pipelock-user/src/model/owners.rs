@@ -21,6 +21,9 @@ pub fn merge_detail(into: &mut DetailStats, from: &DetailStats) {
     for (into, from) in into.holder_ns.iter_mut().zip(from.holder_ns) {
         *into += from;
     }
+    for (into, from) in into.sampled.iter_mut().zip(from.sampled) {
+        *into = into.saturating_add(from);
+    }
 }
 
 /// Adds `fresh` to `into`.

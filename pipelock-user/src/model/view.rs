@@ -105,6 +105,7 @@ mod tests {
             wait_total_ns: 1,
             wait_max_ns: 1,
             hold_total_ns: None,
+            margin: None,
         };
         let view = |glob: &str| ReportView {
             caller: Some(glob::Pattern::new(glob).unwrap()),

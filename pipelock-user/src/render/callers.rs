@@ -10,6 +10,16 @@ fn na() -> String {
     "n/a".to_owned()
 }
 
+/// `value`, and where it is a sampled estimate its 95 % margin as a share
+/// of it (`12454 ±3.1 %`).
+fn estimate(value: u64, margin: Option<u64>, show: impl Fn(u64) -> String) -> String {
+    match margin {
+        Some(m) if value > 0 => format!("{} ±{:.1} %", show(value), m as f64 * 100.0 / value as f64),
+        Some(m) => format!("{} ±{}", show(value), show(m)),
+        None => show(value),
+    }
+}
+
 fn avg(total: u64, n: u64) -> String {
     total.checked_div(n).map_or_else(na, human_ns)
 }
@@ -31,20 +41,27 @@ pub fn caller_table(report: &TraceReport, top: usize) -> String {
         "wait max",
         "hold total",
     ]);
+    let count = |n: u64| n.to_string();
     for row in report.by_caller.iter().take(top) {
+        let m = row.margin;
         table.add_row(vec![
             class_label(row.class).to_owned(),
             row.stack.join(" < "),
-            row.acquisitions.map_or_else(na, |a| a.to_string()),
-            row.contentions.to_string(),
-            human_ns(row.wait_total_ns),
+            row.acquisitions
+                .map_or_else(na, |a| estimate(a, m.and_then(|m| m.acquisitions), count)),
+            estimate(row.contentions, m.map(|m| m.contentions), count),
+            estimate(row.wait_total_ns, m.map(|m| m.wait_total_ns), human_ns),
             avg(row.wait_total_ns, wait_count(row)),
             human_ns(row.wait_max_ns),
-            row.hold_total_ns.map_or_else(na, human_ns),
+            row.hold_total_ns
+                .map_or_else(na, |h| estimate(h, m.and_then(|m| m.hold_total_ns), human_ns)),
         ]);
     }
     out.push_str(&table.to_string());
     out.push('\n');
+    if report.by_caller.iter().take(top).any(|row| row.margin.is_some()) {
+        out.push_str("(± : the 95 % margin of a caller whose stacks were sampled; see --stack-sample)\n");
+    }
     if report.by_caller.len() > top {
         out.push_str(&format!(
             "(+{} more call stacks; all are in --csv/--json, or raise --top)\n",
@@ -113,9 +130,10 @@ pub fn top_callers(report: &TraceReport, top: usize) -> String {
     }
     let mut out = String::from("\ntop call stack of each lock (--by caller for all of them):\n");
     for (row, caller) in shown {
+        let about = if caller.margin.is_some() { "≈" } else { "" };
         let share = match caller.acquisitions {
-            Some(a) => format!("{a} acquisitions, {} contended", caller.contentions),
-            None => format!("{} contended", caller.contentions),
+            Some(a) => format!("{about}{a} acquisitions, {} contended", caller.contentions),
+            None => format!("{about}{} contended", caller.contentions),
         };
         out.push_str(&format!(
             "  {}  {share}, wait {} ({} stacks)\n",
@@ -144,6 +162,7 @@ mod tests {
             wait_total_ns: wait,
             wait_max_ns: wait,
             hold_total_ns: None,
+            margin: None,
         }
     }
 
@@ -172,6 +191,25 @@ mod tests {
         );
         assert!(table.contains("1.33 us"), "average over contended waits: {table}");
         assert!(table.contains("(+1 more call stacks"), "{table}");
+        assert!(!table.contains('±'), "exact rows carry no margin: {table}");
+    }
+
+    #[test]
+    fn sampled_callers_show_their_margins() {
+        let mut report = sample();
+        let mut row = caller(&["anon_pipe_write+0x50"], 1000, 4_000_000);
+        row.margin = Some(crate::model::CallerMargin {
+            contentions: 31,
+            wait_total_ns: 200_000,
+            ..Default::default()
+        });
+        report.locks[0].callers = vec![row.clone()];
+        report.by_caller = vec![row];
+        let table = caller_table(&report, 20);
+        assert!(table.contains("1000 ±3.1 %"), "{table}");
+        assert!(table.contains("4.00 ms ±5.0 %"), "{table}");
+        assert!(table.contains("95 % margin"), "{table}");
+        assert!(top_callers(&report, 20).contains("≈1000 contended"));
     }
 
     #[test]

@@ -260,6 +260,7 @@ mod tests {
             wait_total_ns: 900,
             wait_max_ns: 600,
             hold_total_ns: Some(70),
+            margin: None,
         }];
         let csv = to_csv(&report).unwrap();
         let mut reader = csv::Reader::from_reader(csv.as_slice());

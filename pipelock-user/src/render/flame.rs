@@ -118,6 +118,7 @@ mod tests {
                 wait_total_ns: *ns,
                 wait_max_ns: *ns,
                 hold_total_ns: None,
+                margin: None,
             })
             .collect();
         row

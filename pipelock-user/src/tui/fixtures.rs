@@ -119,6 +119,7 @@ pub fn app_with(n: u64) -> App {
                     wait_total_ns: 1000,
                     wait_max_ns: 900,
                     hold_total_ns: Some(10),
+                    margin: None,
                 }];
             }
             row
@@ -156,6 +157,7 @@ pub fn app_grouped(by: ByKey) -> App {
         wait_total_ns: wait,
         wait_max_ns: wait / 2,
         hold_total_ns: Some(wait / 10),
+        margin: None,
     };
     let task = |tid: u32, contentions: u64, wait: u64| TaskRow {
         class: Some(LockClass::PipeMutex),

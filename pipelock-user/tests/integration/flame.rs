@@ -1,7 +1,7 @@
-//! `trace --folded` and `--flamegraph`: wait time by call stack. The
-//! folded lines of each lock add up to that lock's wait total in the same
-//! run's JSON report, to the nanosecond; the SVG is drawn from them and
-//! shows in a real browser.
+//! `trace --folded` and `--flamegraph`: wait time by call stack. With
+//! every stack unwound (`--stack-sample 1`) the folded lines of each lock
+//! add up to that lock's wait total in the same run's JSON report, to the
+//! nanosecond; the SVG is drawn from them and shows in a real browser.
 use std::collections::BTreeMap;
 
 use super::*;
@@ -26,6 +26,8 @@ fn folded_and_flamegraph_add_up_to_the_reports_waits() -> Result<Outcome> {
         &[
             "--mode",
             "tracepoint",
+            "--stack-sample",
+            "1",
             "--folded",
             folded.to_str().context("path")?,
             "--flamegraph",

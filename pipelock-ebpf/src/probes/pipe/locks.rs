@@ -9,13 +9,14 @@ use aya_ebpf::{
 use pipelock_common::{
     LCB_F_SPIN, LockInfo, LockKey, TaskPipe, class, detail,
     pipe_lock::{self, COUNT, PIPES, SLOTS},
+    sampling,
 };
 
 use super::calls::{PIPE_PENDING, adopt_pipe, current_state, which_lock};
 use crate::{
     counters::{add, record_as},
     cpu_local::stats_to_record,
-    details::{record_part, stack_id},
+    details::{record_part, record_weighed, stack_id},
     maps::{LOCK_INFO, config},
     probes::holder::{
         NO_SPLIT, mutex_owner, name_task, owner_split, owners_wanted, record_owner_here, record_split,
@@ -54,13 +55,14 @@ pub(super) fn mutex_lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u6
     if index >= SLOTS || index % COUNT != pipe_lock::MUTEX || !class_wanted(index) {
         return;
     }
+    // The stack first: its unwind would otherwise be timed as part of the wait.
+    state.stack_id[index] = stack_id(config(), ctx);
     let at = now();
     state.wait_start[index] = at;
     state.hold_start[index] = at;
     state.wait_ns[index] = 0;
     state.contended[index] = 0;
     state.flags_and[index] = u32::MAX;
-    state.stack_id[index] = stack_id(config(), ctx);
     forget_owner(state, index / COUNT);
     watch_hold(state, index / COUNT, at);
     register(state, index, lock);
@@ -189,10 +191,11 @@ pub(super) fn lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64) {
     if let Some(index) = which_lock(state, lock)
         && index < SLOTS
     {
+        // As in `mutex_lock_call`: the unwind is not part of the wait.
+        state.stack_id[index] = stack_id(config(), ctx);
         state.wait_start[index] = now();
         state.contended[index] = 0;
         state.flags_and[index] = u32::MAX;
-        state.stack_id[index] = stack_id(config(), ctx);
     }
 }
 
@@ -334,16 +337,10 @@ pub(super) fn released(lock: u64) {
         let split = unwatch(task, &state.hold_at_start[pipe], at);
         record_split(key, detail::HOLD, 0, hold, split);
     }
-    if cfg.details & (1 << detail::CALLER) != 0 {
-        let _ = record_part(
-            key,
-            detail::CALLER,
-            state.stack_id[index],
-            true,
-            contended,
-            wait,
-            hold,
-        );
+    if cfg.details & (1 << detail::CALLER) != 0
+        && let Some((id, weight)) = sampling::weighed(state.stack_id[index], cfg.stack_sample)
+    {
+        let _ = record_weighed(key, detail::CALLER, id, weight, true, contended, wait, hold);
     }
     if cfg.details & (1 << detail::TASK) != 0 {
         let _ = record_part(key, detail::TASK, state.owner as u32, true, contended, wait, hold);
