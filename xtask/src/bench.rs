@@ -371,9 +371,10 @@ pub fn bench_overhead(
          (fentry, kprobe), and in tracepoint mode on this host, the same hooks are also measured with \
          programs that return at once (`empty programs`): what the trampolines, kprobes or tracepoint \
          dispatch alone cost, the floor under pipelock's own programs (a herd's ratio moves with how its \
-         processes happen to be scheduled, more than with either's cost). On this host the herd is also traced with `--callers` (kernel stacks unwound at \
-         `contention_end`: each CPU's first 1 024 a second, then one in 32 and every wait of 10 µs or more), \
-         the opt-in cost a user weighs before turning it on; the default programs \
+         processes happen to be scheduled, more than with either's cost). The herd is also traced with `--callers`, the opt-in cost a user weighs \
+         before turning it on: on this host in tracepoint mode (kernel stacks unwound at `contention_end`: each \
+         CPU's first 1 024 a second, then one in 32 and every wait of 10 µs or more), in the VMs in the hooked \
+         modes (a stack taken at the lock call, sampled the same way); the default programs \
          include the holder-state ones on `sched_switch` and `sched_waking`. Ratios are measured with the kernel's run-time statistics off; one more traced run \
          per cell and pair, with them on (a scoped `BPF_ENABLE_STATS` descriptor), gives BPF runs and run \
          time; a cell shows the one whose ns per run is the median. \

@@ -84,6 +84,7 @@ pub fn to_markdown(results: &Results) -> String {
                 ));
                 lines.extend(events);
             }
+            lines.extend(with_callers(row, &results.rows));
             (!lines.is_empty()).then(|| lines.join("\n"))
         })
         .collect();
@@ -94,6 +95,31 @@ pub fn to_markdown(results: &Results) -> String {
         let _ = writeln!(out, "\nNot measured here: {why}");
     }
     out
+}
+
+/// A `--callers` cell against the same mode without stacks: what turning
+/// them on costs, per BPF run and in share of the workload's CPU.
+fn with_callers(row: &Row, rows: &[Row]) -> Option<String> {
+    let mode = row.tracer.strip_suffix(", --callers")?;
+    let plain = rows
+        .iter()
+        .find(|r| r.workload == row.workload && r.tracer == mode)?;
+    let (with, without) = (row.bpf_ns_per_run?, plain.bpf_ns_per_run?);
+    let share = match (row.bpf_share_of_cpu, plain.bpf_share_of_cpu) {
+        (Some(a), Some(b)) => format!(
+            "; BPF time {} of the workload's CPU against {}",
+            percent(Some(a)),
+            percent(Some(b))
+        ),
+        _ => String::new(),
+    };
+    (without > 0.0).then(|| {
+        format!(
+            "- {} {mode}: with `--callers` {with:.0} ns per BPF run against {without:.0} ns without ({:.2}×){share}",
+            row.workload,
+            with / without
+        )
+    })
 }
 
 /// Tracepoint mode's programs against the empty ones on the same event.
@@ -165,6 +191,9 @@ mod tests {
             program("pipe_contention_end_btf", 1000, 250),
             program("holder_switch", 500, 80),
         ];
+        let mut callers = row("pipe-herd", "tracepoint, --callers", 0.9, 0.006);
+        callers.bpf_ns_per_run = Some(150.0);
+        callers.bpf_share_of_cpu = Some(0.12);
         let mut tracepoint_floor = row("pipe-herd", "tracepoint, empty programs", 0.99, 0.004);
         tracepoint_floor.programs = vec![
             program("empty_contention_begin", 1200, 125),
@@ -181,6 +210,7 @@ mod tests {
                 row("pipe-throughput", "fentry, empty programs", 0.6, 0.02),
                 tracepoint,
                 tracepoint_floor,
+                callers,
             ],
             emulated,
             skipped: vec!["kprobe: no kprobe PMU".to_owned()],
@@ -206,6 +236,13 @@ mod tests {
         );
         assert!(
             md.contains("pipe-herd tracepoint: `contention_end` 250 ns per run against an empty program's 100 ns (2.5×)"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "pipe-herd tracepoint: with `--callers` 150 ns per BPF run against 100 ns without (1.50×); \
+                 BPF time 12.00 % of the workload's CPU against 20.00 %"
+            ),
             "{md}"
         );
         assert!(

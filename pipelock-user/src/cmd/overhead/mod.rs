@@ -201,10 +201,10 @@ pub fn run(options: &Options) -> Result<Results, Error> {
                     programs: Programs::Empty,
                 });
             }
-            // The stacks' cost on real hardware, where it is the figure a
-            // user weighs before turning `--callers` on; under emulation
-            // it would only lengthen the run.
-            if !emulated && mode == AttachMode::Tracepoint && case.name == "pipe-herd" {
+            // The stacks' cost on the herd, the figure a user weighs before
+            // turning `--callers` on: in every hooked mode (stacks taken per
+            // acquisition) and, on real hardware, in tracepoint mode.
+            if case.name == "pipe-herd" && (mode.is_hooked() || !emulated) {
                 tracers.push(TracedBy::Pipelock {
                     mode,
                     programs: Programs::WithCallers,
