@@ -4,8 +4,11 @@ use std::{io, path::PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Loading BPF programs needs privileges the caller lacks.
-    #[error("pipelock needs root (or CAP_BPF and CAP_PERFMON) to load eBPF programs; run it with sudo")]
-    NotPrivileged,
+    #[error(
+        "pipelock needs root, or CAP_BPF and CAP_PERFMON, to load eBPF programs: this process lacks {missing} \
+         (run it with sudo, or grant them: setpriv/capsh, AmbientCapabilities= in a unit)"
+    )]
+    NotPrivileged { missing: String },
     /// The binary was built with `PIPELOCK_EBPF_STUB=1` and carries no programs.
     #[error(
         "this pipelock binary was built without its eBPF programs (PIPELOCK_EBPF_STUB=1); \

@@ -66,6 +66,8 @@ mod probe;
 mod report;
 #[path = "integration/serve.rs"]
 mod serve;
+#[path = "integration/serve_fleet.rs"]
+mod serve_fleet;
 #[path = "integration/soak.rs"]
 mod soak;
 #[path = "integration/splice.rs"]

@@ -34,6 +34,11 @@ impl LogReader {
         let thread = std::thread::Builder::new()
             .name("ebpf-log".into())
             .spawn(move || {
+                // The reader only reads a ring buffer it was handed: it needs
+                // no capability, and keeps none past an exporter's own drop.
+                if let Err(err) = crate::kernel::privilege::drop_all() {
+                    log::debug!("{err}");
+                }
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_io().build() {
                     Ok(runtime) => runtime,
                     Err(err) => return log::warn!("eBPF logging unavailable: {err}"),

@@ -23,6 +23,11 @@ pub struct ServeArgs {
     /// not reveal it (a kernel address tells a scraper what KASLR hides).
     #[arg(long)]
     pub expose_addresses: bool,
+    /// TLS and basic auth from a web configuration file in the format of the
+    /// Prometheus exporter-toolkit (`tls_server_config`, `basic_auth_users`
+    /// with bcrypt hashes), read and checked before anything is attached.
+    #[arg(long, value_name = "FILE")]
+    pub web_config: Option<std::path::PathBuf>,
     /// How often the kernel maps are drained into the exported totals.
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Duration,

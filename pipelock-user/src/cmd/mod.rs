@@ -48,6 +48,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             },
             interval: args.interval,
             ebpf_log: cli.ebpf_log,
+            web_config: args.web_config,
         }),
         Command::Run(args) => run::run(args.workload, cli.ebpf_log),
         Command::Ab(args) => ab::run(ab::Options {

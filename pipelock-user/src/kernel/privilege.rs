@@ -18,6 +18,15 @@ pub fn caps_allow_bpf(caps: u64) -> bool {
     has(CAP_BPF) && has(CAP_PERFMON)
 }
 
+/// The capabilities loading needs that `caps` lacks, by name.
+pub fn missing_for_bpf(caps: u64) -> Vec<&'static str> {
+    [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
+        .into_iter()
+        .filter(|&(cap, _)| caps & (1 << cap) == 0)
+        .map(|(_, name)| name)
+        .collect()
+}
+
 /// Fails with [`Error::NotPrivileged`] unless this process may load tracing programs.
 pub fn require() -> Result<(), Error> {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -25,10 +34,33 @@ pub fn require() -> Result<(), Error> {
         return Ok(());
     }
     let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    match effective_caps(&status) {
-        Some(caps) if caps_allow_bpf(caps) => Ok(()),
-        _ => Err(Error::NotPrivileged),
+    let missing = missing_for_bpf(effective_caps(&status).unwrap_or(0));
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::NotPrivileged {
+            missing: missing.join(" and "),
+        })
     }
+}
+
+/// Drops every capability of the calling thread (effective, permitted,
+/// inheritable, ambient), for good. Capabilities belong to threads: call
+/// it before starting the threads that should not hold any, and in each
+/// thread started before.
+pub fn drop_all() -> Result<(), Error> {
+    use caps::CapSet;
+    for set in [
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        caps::clear(None, set).map_err(|err| Error::Unsupported {
+            reason: format!("cannot drop capabilities ({set:?}): {err}"),
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -42,5 +74,8 @@ mod tests {
         assert!(caps_allow_bpf(caps));
         assert!(!caps_allow_bpf(1 << CAP_BPF));
         assert_eq!(effective_caps("Name:\tx\n"), None);
+        assert_eq!(missing_for_bpf(1 << CAP_BPF), ["CAP_PERFMON"]);
+        assert_eq!(missing_for_bpf(0), ["CAP_BPF", "CAP_PERFMON"]);
+        assert!(missing_for_bpf(caps).is_empty());
     }
 }

@@ -2,20 +2,27 @@
 //!
 //! A collector thread owns the [`Tracer`] (its map reads are blocking
 //! syscalls) and ticks an [`IntervalCollector`]; each tick's running total
-//! is published through a `watch` channel. On tokio, axum answers
-//! `/metrics` from the latest published total, so a scrape never waits for
-//! collection and collection never waits for a scrape, and `/healthz`
-//! says whether collection is alive. SIGTERM/SIGINT stop the server, the
-//! collector detaches the programs and the process exits 0; a second
-//! signal exits at once.
+//! is published through a `watch` channel. On tokio, hyper (with the limits
+//! of [`http`]) and axum's routes answer `/metrics` from the latest
+//! published total, encoded once per collection however often it is
+//! scraped, so a scrape never waits for collection and collection never
+//! waits for a scrape, and `/healthz` says whether collection is alive.
+//! Once the programs are attached the process drops its capabilities.
+//! SIGTERM/SIGINT stop the server, the collector detaches the programs and
+//! the process exits 0; a second signal exits at once.
+mod http;
+mod web_config;
+
 use std::{
     net::{SocketAddr, TcpListener},
-    sync::Arc,
+    path::PathBuf,
+    sync::{Arc, OnceLock},
     time::{Duration, Instant},
 };
 
 use axum::{
     Router,
+    body::Bytes,
     extract::State,
     http::{HeaderMap, StatusCode, header},
     response::IntoResponse,
@@ -25,11 +32,13 @@ use tokio::{
     signal::unix::{SignalKind, signal},
     sync::watch,
 };
+use web_config::WebConfig;
 
 use crate::{
     Error,
     bpf::{AttachMode, Filters},
     collect::{Background, Flow, Tracer},
+    kernel::privilege,
     render::metrics::{Addresses, Exposition, openmetrics, prometheus_text},
 };
 
@@ -41,12 +50,33 @@ pub struct Options {
     pub addresses: Addresses,
     pub interval: Duration,
     pub ebpf_log: bool,
+    /// `--web-config`: TLS and basic auth (the exporter-toolkit's format).
+    pub web_config: Option<PathBuf>,
+}
+
+/// One collection's totals, encoded on the first scrape that asks.
+struct Rendered {
+    exposition: Arc<Exposition>,
+    openmetrics: OnceLock<Bytes>,
+    prometheus: OnceLock<Bytes>,
+}
+
+impl Rendered {
+    fn openmetrics(&self) -> &Bytes {
+        self.openmetrics
+            .get_or_init(|| Bytes::from(openmetrics(self.exposition.clone())))
+    }
+
+    fn prometheus(&self) -> &Bytes {
+        self.prometheus
+            .get_or_init(|| Bytes::from(prometheus_text(std::str::from_utf8(self.openmetrics()).unwrap_or(""))))
+    }
 }
 
 /// What the collector last published, and when.
 #[derive(Clone)]
 struct Published {
-    exposition: Option<Arc<Exposition>>,
+    exposition: Option<Arc<Rendered>>,
     at: Instant,
 }
 
@@ -75,10 +105,22 @@ pub fn run(options: Options) -> Result<(), Error> {
     if options.interval.is_zero() {
         return Err(Error::Usage("--interval must be greater than 0".to_owned()));
     }
+    let web = options.web_config.as_deref().map(WebConfig::load).transpose()?;
+    let scheme = if web.as_ref().is_some_and(|w| w.tls.is_some()) {
+        "https"
+    } else {
+        "http"
+    };
     let listener = bind(&options.listen)?;
     let mut tracer = Tracer::attach(options.mode, &options.filters, options.ebpf_log)?;
     // The tracer's own cost is one of the exported metrics.
     tracer.enable_run_stats();
+    // Everything that needs a privilege is done: the maps are read through
+    // descriptors already open. kprobe mode keeps them, to remove its
+    // return probes from tracefs when it stops.
+    if tracer.attached().mode != AttachMode::Kprobe {
+        privilege::drop_all()?;
+    }
     let classes = options.filters.classes();
     let (published, subscribed) = watch::channel(Published {
         exposition: None,
@@ -98,7 +140,11 @@ pub fn run(options: Options) -> Result<(), Error> {
                 version: env!("CARGO_PKG_VERSION"),
             };
             published.send_replace(Published {
-                exposition: Some(Arc::new(exposition)),
+                exposition: Some(Arc::new(Rendered {
+                    exposition: Arc::new(exposition),
+                    openmetrics: OnceLock::new(),
+                    prometheus: OnceLock::new(),
+                })),
                 at: Instant::now(),
             });
             Ok(Flow::Continue)
@@ -106,10 +152,15 @@ pub fn run(options: Options) -> Result<(), Error> {
         |_, _| Ok(()),
     )?;
     eprintln!(
-        "pipelock: serving metrics on http://{}/metrics (Ctrl-C or SIGTERM to stop)",
-        options.listen
+        "pipelock: serving metrics on {scheme}://{}/metrics{} (Ctrl-C or SIGTERM to stop)",
+        options.listen,
+        if web.as_ref().is_some_and(|w| w.users.is_some()) {
+            ", basic auth"
+        } else {
+            ""
+        }
     );
-    let served = serve(listener, subscribed, interval);
+    let served = serve(listener, subscribed, interval, web.unwrap_or(WebConfig::none()));
     // Stopping the collector drops the tracer: everything is detached.
     served.and(collector.finish())
 }
@@ -119,6 +170,7 @@ fn serve(
     listener: TcpListener,
     subscribed: watch::Receiver<Published>,
     interval: Duration,
+    web: WebConfig,
 ) -> Result<(), Error> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -158,8 +210,7 @@ fn serve(
                 std::process::exit(130);
             });
         };
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
+        http::serve(listener, app, web, shutdown)
             .await
             .map_err(|source| Error::Io {
                 what: "serve",
@@ -177,21 +228,24 @@ async fn metrics(State((subscribed, _)): State<AppState>, headers: HeaderMap) ->
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            "the first collection has not finished yet\n".to_owned(),
+            Bytes::from_static(b"the first collection has not finished yet\n"),
         );
     };
     let wants_openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|accept| accept.contains("application/openmetrics-text"));
-    let text = openmetrics(exposition);
     if wants_openmetrics {
-        (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS)], text)
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, OPENMETRICS)],
+            exposition.openmetrics().clone(),
+        )
     } else {
         (
             StatusCode::OK,
             [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
-            prometheus_text(&text),
+            exposition.prometheus().clone(),
         )
     }
 }
