@@ -76,6 +76,8 @@ mod splice;
 mod top;
 #[path = "integration/trace.rs"]
 mod trace;
+#[path = "integration/unit.rs"]
+mod unit;
 #[path = "integration/why.rs"]
 mod why;
 #[path = "integration/workloads.rs"]

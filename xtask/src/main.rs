@@ -291,6 +291,11 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
         ("tmux", &|| bootstrap::which("tmux").is_some()),
         ("prometheus", &|| bootstrap::which("promtool").is_some()),
         ("chromium", &|| bootstrap::which("chromium").is_some()),
+        // The exporter's TLS test makes its certificates and scrapes with
+        // curl; strace lists the system calls the unit's filter must allow.
+        ("openssl", &|| bootstrap::which("openssl").is_some()),
+        ("curl", &|| bootstrap::which("curl").is_some()),
+        ("strace", &|| bootstrap::which("strace").is_some()),
     ])?;
     // The eBPF object check, the CLI contract and the privileged host tests;
     // prints `integration: N passed, N failed, N skipped`.

@@ -49,7 +49,8 @@ fn unprivileged_caller_is_refused() -> Result<Outcome> {
     ensure!(!out.status.success(), "an unprivileged probe succeeded");
     ensure!(stderr.lines().count() == 1, "want one error line, got:\n{stderr}");
     ensure!(
-        stderr.contains("needs root (or CAP_BPF and CAP_PERFMON)"),
+        stderr.contains("needs root, or CAP_BPF and CAP_PERFMON")
+            && stderr.contains("lacks CAP_BPF and CAP_PERFMON"),
         "stderr: {stderr}"
     );
     Ok(Outcome::Passed)
@@ -236,6 +237,16 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
             "--listen nonsense: not an address",
         ),
         (&["serve", "--listen", "127.0.0.1:99999"], 1, "not an address"),
+        (
+            &["serve", "--web-config", "/nonexistent/web.yml"],
+            1,
+            "--web-config /nonexistent/web.yml: cannot read it",
+        ),
+        (
+            &["serve", "--web-config", "/dev/null/x"],
+            1,
+            "--web-config /dev/null/x: cannot read it",
+        ),
         (&["trace", "--caller", "[pipe"], 2, "not a glob"),
         (
             &["trace", "--lock-filter", "0xzz"],

@@ -16,7 +16,7 @@ use super::{
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate it
 /// signed, made with openssl in `dir`.
-fn certificates(dir: &Path) -> Result<()> {
+pub(super) fn certificates(dir: &Path) -> Result<()> {
     let sh = |script: &str| -> Result<()> {
         let out = run(Command::new("sh").arg("-ec").arg(script).current_dir(dir))?;
         ensure!(out.status.success(), "openssl: {}", text(&out.stderr));
@@ -90,7 +90,11 @@ fn serve_speaks_tls_and_basic_auth() -> Result<Outcome> {
         port,
     };
     let d = dir.display();
-    let (ca, cert, key) = (format!("{d}/ca.crt"), format!("{d}/client.crt"), format!("{d}/client.key"));
+    let (ca, cert, key) = (
+        format!("{d}/ca.crt"),
+        format!("{d}/client.crt"),
+        format!("{d}/client.key"),
+    );
     let user = format!("prometheus:{PASSWORD}");
     let https = |path: &str| format!("https://127.0.0.1:{port}{path}");
     let full = ["--cacert", &ca, "--cert", &cert, "--key", &key, "-u", &user];
@@ -111,7 +115,12 @@ fn serve_speaks_tls_and_basic_auth() -> Result<Outcome> {
     let wrong = "prometheus:wrong".to_owned();
     let stranger = format!("grafana:{PASSWORD}");
     let cases: [(&str, Vec<&str>, String, Option<u16>); 6] = [
-        ("certificate and password", full.to_vec(), https("/metrics"), Some(200)),
+        (
+            "certificate and password",
+            full.to_vec(),
+            https("/metrics"),
+            Some(200),
+        ),
         ("no credentials", with_cert.to_vec(), https("/metrics"), Some(401)),
         (
             "a wrong password",
@@ -140,7 +149,10 @@ fn serve_speaks_tls_and_basic_auth() -> Result<Outcome> {
     ];
     for (what, args, url, expected) in &cases {
         let got = curl(args, url)?;
-        ensure!(got == *expected, "{what}: curl got {got:?}, expected {expected:?}");
+        ensure!(
+            got == *expected,
+            "{what}: curl got {got:?}, expected {expected:?}"
+        );
     }
     // A burst of wrong passwords (bcrypt at cost 10 each) beside a scraper
     // whose password passed before: the scraper is not queued behind them.
@@ -274,7 +286,10 @@ fn scrape_ok(port: u16) -> Result<Duration> {
     let started = Instant::now();
     let (status, _, body) = http_get(port, "/metrics", None)?;
     let took = started.elapsed();
-    ensure!(status == 200 && body.contains("pipelock_info"), "scrape: {status}");
+    ensure!(
+        status == 200 && body.contains("pipelock_info"),
+        "scrape: {status}"
+    );
     ensure!(took < Duration::from_secs(1), "scrape took {took:?}");
     Ok(took)
 }
@@ -331,10 +346,8 @@ fn serve_shrugs_off_misbehaving_clients() -> Result<Outcome> {
             let _ = s.write_all(b"X");
         }
         worst = worst.max(scrape_ok(port)?);
-        if dropped_after.is_none() {
-            if closed_by_server(&slow[0], Duration::from_millis(10)) {
-                dropped_after = Some(started.elapsed());
-            }
+        if dropped_after.is_none() && closed_by_server(&slow[0], Duration::from_millis(10)) {
+            dropped_after = Some(started.elapsed());
         }
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -434,7 +447,10 @@ fn serve_drops_its_capabilities_once_attached() -> Result<Outcome> {
     }
     let serve = start_serve(&["--mode", "tracepoint", "--ebpf-log"])?;
     let caps = thread_caps(serve.child.id())?;
-    let kept: Vec<_> = caps.iter().filter(|(_, eff, prm)| *eff != 0 || *prm != 0).collect();
+    let kept: Vec<_> = caps
+        .iter()
+        .filter(|(_, eff, prm)| *eff != 0 || *prm != 0)
+        .collect();
     ensure!(kept.is_empty(), "threads that kept capabilities: {kept:?}");
     let herd = run(pipelock().args(["run", "pipe-herd", "--limit", "50000", "-q"]))?;
     ensure!(herd.status.success(), "herd: {}", text(&herd.stderr));

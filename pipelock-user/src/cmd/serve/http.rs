@@ -134,7 +134,8 @@ pub async fn serve(
             let connection = async {
                 match tls {
                     Some(tls) => {
-                        let Ok(Ok(stream)) = tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await else {
+                        let Ok(Ok(stream)) = tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await
+                        else {
                             return;
                         };
                         connection(stream, app, users, slot, busy_in_task).await;

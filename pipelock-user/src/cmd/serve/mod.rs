@@ -68,8 +68,11 @@ impl Rendered {
     }
 
     fn prometheus(&self) -> &Bytes {
-        self.prometheus
-            .get_or_init(|| Bytes::from(prometheus_text(std::str::from_utf8(self.openmetrics()).unwrap_or(""))))
+        self.prometheus.get_or_init(|| {
+            Bytes::from(prometheus_text(
+                std::str::from_utf8(self.openmetrics()).unwrap_or(""),
+            ))
+        })
     }
 }
 

@@ -61,7 +61,10 @@ pub struct WebConfig {
 impl WebConfig {
     /// Plain HTTP, no authentication.
     pub fn none() -> Self {
-        Self { tls: None, users: None }
+        Self {
+            tls: None,
+            users: None,
+        }
     }
 
     pub fn load(path: &Path) -> Result<Self, Error> {
@@ -79,11 +82,7 @@ impl WebConfig {
             .map(|tls| tls_config(&tls, dir))
             .transpose()
             .map_err(bad)?;
-        let users = file
-            .basic_auth_users
-            .map(Users::new)
-            .transpose()
-            .map_err(bad)?;
+        let users = file.basic_auth_users.map(Users::new).transpose().map_err(bad)?;
         Ok(Self {
             tls: tls.map(Arc::new),
             users: users.map(Arc::new),
@@ -155,9 +154,11 @@ fn tls_config(tls: &TlsFile, dir: &Path) -> Result<ServerConfig, String> {
     let builder = match tls.client_auth_type.as_str() {
         "" | "NoClientCert" => {
             if tls.client_ca_file.is_some() {
-                return Err("client_ca_file is set but client_auth_type asks for no client certificate \
+                return Err(
+                    "client_ca_file is set but client_auth_type asks for no client certificate \
                             (VerifyClientCertIfGiven or RequireAndVerifyClientCert)"
-                    .to_owned());
+                        .to_owned(),
+                );
             }
             builder.with_no_client_auth()
         }
@@ -315,7 +316,10 @@ mod tests {
         let hash = error_of("basic_auth_users:\n  alice: secret\n");
         assert!(hash.contains("alice: not a bcrypt hash"), "{hash}");
         let missing = error_of("tls_server_config:\n  cert_file: nowhere.crt\n  key_file: nowhere.key\n");
-        assert!(missing.contains("cert_file") && missing.contains("nowhere.crt"), "{missing}");
+        assert!(
+            missing.contains("cert_file") && missing.contains("nowhere.crt"),
+            "{missing}"
+        );
         let half = error_of("tls_server_config:\n  cert_file: a.crt\n");
         assert!(half.contains("needs both cert_file and key_file"), "{half}");
         let yaml = error_of("basic_auth_users: [\n");
@@ -336,7 +340,12 @@ mod tests {
         use base64::Engine as _;
         let hash = bcrypt::hash("s3cret", 4).unwrap();
         let users = Users::new(BTreeMap::from([("prometheus".to_owned(), hash)])).unwrap();
-        let header = |creds: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(creds));
+        let header = |creds: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(creds)
+            )
+        };
         assert!(users.allows(Some(&header("prometheus:s3cret"))));
         assert!(users.allows(Some(&header("prometheus:s3cret"))), "remembered");
         assert!(!users.allows(Some(&header("prometheus:wrong"))));
