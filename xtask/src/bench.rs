@@ -308,6 +308,42 @@ fn host_goals(results: &serde_json::Value) -> Vec<String> {
     lines
 }
 
+/// The herd's `--callers` row of the build that unwound every stack at
+/// `contention_begin`, as this bench measured it on this host (docs/ before
+/// sampling): the baseline the sampled stacks are judged against.
+const CALLERS_BEFORE: (f64, f64, f64, f64) = (1882.0, 148.0, 0.4337, 2.097);
+
+/// `--callers` before and after stacks were sampled, as a markdown table;
+/// empty where this run has no `--callers` row.
+fn callers_before_after(rows: &[serde_json::Value]) -> String {
+    let Some(now) = rows
+        .iter()
+        .find(|r| r["workload"] == "pipe-herd" && r["tracer"] == "tracepoint, --callers")
+    else {
+        return String::new();
+    };
+    let ns = |prefix: &str| ns_per_run(now, prefix).map_or_else(|| "–".to_owned(), |v| format!("{v:.0}"));
+    let (begin, end, share, ratio) = CALLERS_BEFORE;
+    format!(
+        "\n### `--callers` before and after sampling\n\nThe herd in tracepoint mode with `--callers`: \
+         the build that unwound a stack at every `contention_begin` (measured by this bench on this host \
+         before stacks were sampled) against this run.\n\n\
+         | build | `contention_begin` ns per run | `contention_end` ns per run | BPF time / workload CPU | traced/untraced |\n\
+         |---|---|---|---|---|\n\
+         | every stack unwound at `contention_begin` | {begin:.0} | {end:.0} | {:.2} % | {ratio:.3} |\n\
+         | sampled, unwound at `contention_end` (this run) | {} | {} | {} | {} |\n",
+        share * 100.0,
+        ns("pipe_contention_begin"),
+        ns("pipe_contention_end"),
+        now["bpf_share_of_cpu"]
+            .as_f64()
+            .map_or_else(|| "–".to_owned(), |s| format!("{:.2} %", s * 100.0)),
+        now["ratio_median"]
+            .as_f64()
+            .map_or_else(|| "–".to_owned(), |r| format!("{r:.3}")),
+    )
+}
+
 /// Markers around the markdown a guest prints (its console mixes in kernel lines).
 const BEGIN: &str = "PIPELOCK-OVERHEAD-BEGIN";
 const END: &str = "PIPELOCK-OVERHEAD-END";
@@ -393,6 +429,9 @@ pub fn bench_overhead(
             doc.push_str(&format!("- {line}\n"));
         }
     }
+    doc.push_str(&callers_before_after(
+        host["rows"].as_array().map_or(&[][..], Vec::as_slice),
+    ));
     let mut json = serde_json::json!({ "host": host });
     if let Some(only) = &bench.vm_kernels {
         // TCG runs everything ~50x slower: shorter runs, a smaller herd.
@@ -502,5 +541,15 @@ mod tests {
             host_goals(&serde_json::json!({"emulated": true})),
             ["not judged: an emulated CPU"]
         );
+        let table = callers_before_after(results["rows"].as_array().unwrap());
+        assert!(
+            table.contains("| every stack unwound at `contention_begin` | 1882 | 148 | 43.37 % | 2.097 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| sampled, unwound at `contention_end` (this run) | 300 | 300 | 16.00 % | – |"),
+            "{table}"
+        );
+        assert!(callers_before_after(&[]).is_empty());
     }
 }
