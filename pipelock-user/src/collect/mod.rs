@@ -237,6 +237,13 @@ impl Tracer {
             };
         // Without it rows keep their addresses: not worth failing a trace.
         let symbols = inspector.symbols().unwrap_or_default();
+        if symbols.is_empty() {
+            notes.push(
+                "kernel symbols: /proc/kallsyms shows this process no addresses (it lacks CAP_SYSLOG, \
+                 or kernel.kptr_restrict is 2): static locks and call stacks stay unnamed"
+                    .to_owned(),
+            );
+        }
         Ok(Self {
             ebpf,
             _log: log,
@@ -280,6 +287,12 @@ impl Tracer {
     /// to every program run, i.e. to every hooked lock operation.
     pub fn enable_run_stats(&mut self) {
         self._stats = StatsGuard::enable();
+        if self._stats.is_none() {
+            log::warn!(
+                "BPF run-time statistics are off: the kernel refused BPF_ENABLE_STATS \
+                 (it needs CAP_SYS_ADMIN and Linux 5.8); programs' run counts and times stay 0"
+            );
+        }
     }
 
     /// How the reports are cut from now on.

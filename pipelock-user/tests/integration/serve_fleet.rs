@@ -497,3 +497,50 @@ fn a_missing_capability_is_named() -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 register!(Host a_missing_capability_is_named);
+
+/// `trace` as nobody with CAP_BPF and CAP_PERFMON only: it attaches and
+/// counts a herd's contentions, and says what it could not do without the
+/// other capabilities (kallsyms without CAP_SYSLOG, run-time statistics
+/// without CAP_SYS_ADMIN).
+fn trace_runs_with_cap_bpf_and_cap_perfmon_alone() -> Result<Outcome> {
+    if let Some(skip) = cannot_load() {
+        return Ok(skip);
+    }
+    if Command::new("setpriv").arg("--help").output().is_err() {
+        return Ok(Outcome::Skipped("setpriv is not installed (util-linux)".into()));
+    }
+    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    // Where nobody may write.
+    let json = std::env::temp_dir().join(format!("pipelock-it-{}-nobody.json", std::process::id()));
+    let _ = fs::remove_file(&json);
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=+bpf,+perfmon", "--ambient-caps=+bpf,+perfmon"])
+        .arg(&bin)
+        .args(["trace", "--mode", "tracepoint", "--bpf-stats", "--json"])
+        .arg(&json)
+        .args(["--", &bin, "run", "pipe-herd", "--limit", "50000", "-q"]))?;
+    let stderr = text(&out.stderr);
+    ensure!(out.status.success(), "trace as nobody: {:?} {stderr}", out.status);
+    let report: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
+    let _ = fs::remove_file(&json);
+    let notes = report.to_string();
+    ensure!(
+        notes.contains("lacks CAP_SYSLOG"),
+        "no note of the missing CAP_SYSLOG: {notes:.2000}"
+    );
+    ensure!(
+        stderr.contains("needs CAP_SYS_ADMIN"),
+        "no word of the run-time statistics: {stderr}"
+    );
+    let contended = report["locks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|row| row["contentions"].as_u64())
+        .sum::<u64>();
+    ensure!(contended > 0, "no contention counted as nobody: {notes:.2000}");
+    println!("  as nobody with CAP_BPF and CAP_PERFMON: {contended} contended waits; CAP_SYSLOG and CAP_SYS_ADMIN named where missing");
+    Ok(Outcome::Passed)
+}
+register!(Host trace_runs_with_cap_bpf_and_cap_perfmon_alone);
