@@ -413,7 +413,27 @@ fn main() {
 
 /// The binary under test; the VM's init points PIPELOCK_BIN at its copy.
 fn pipelock() -> Command {
-    Command::new(std::env::var_os("PIPELOCK_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_pipelock").into()))
+    Command::new(pipelock_path())
+}
+
+/// The built `pipelock`'s path (`PIPELOCK_BIN` overrides it).
+fn pipelock_path() -> String {
+    std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned())
+}
+
+/// `pipelock`, started by `setpriv` as nobody holding only `caps`
+/// (`+bpf,+perfmon`: effective, inheritable and ambient); Err with the
+/// skip where setpriv is missing.
+fn pipelock_as_nobody_with(caps: &str) -> std::result::Result<Command, Outcome> {
+    if Command::new("setpriv").arg("--help").output().is_err() {
+        return Err(Outcome::Skipped("setpriv is not installed (util-linux)".into()));
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--inh-caps={caps}"))
+        .arg(format!("--ambient-caps={caps}"))
+        .arg(pipelock_path());
+    Ok(cmd)
 }
 
 fn run(cmd: &mut Command) -> Result<Output> {

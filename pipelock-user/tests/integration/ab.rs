@@ -296,7 +296,7 @@ fn ab_preflight_refuses_a_kernel_without_btf() -> Result<Outcome> {
     if Command::new("unshare").arg("--help").output().is_err() {
         return Ok(Outcome::Skipped("unshare is not installed (util-linux)".into()));
     }
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let bin = pipelock_path();
     let tmp = scratch("preflight");
     fs::create_dir_all(&tmp)?;
     let nonce = "preflighttest";

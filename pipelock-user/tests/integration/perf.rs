@@ -13,7 +13,7 @@ fn trace_counts_agree_with_perf_lock() -> Result<Outcome> {
     };
     let data = scratch("perf.data");
     let data_arg = data.to_str().context("non-UTF-8 temp path")?;
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let bin = pipelock_path();
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
@@ -68,7 +68,7 @@ fn run_trace_counts_agree_with_perf_lock() -> Result<Outcome> {
             .args(["lock", "record", "-o"])
             .arg(&data)
             .arg("--")
-            .arg(std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned()))
+            .arg(pipelock_path())
             .args([
                 "run",
                 "pipe-herd",

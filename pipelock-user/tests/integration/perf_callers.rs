@@ -72,7 +72,7 @@ fn callers_agree_with_perf_lock_call_chains() -> Result<Outcome> {
     }
     let data = scratch("callers-perf.data");
     let json = scratch("callers-perf.json");
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let bin = pipelock_path();
     let mut void = 0;
     for attempt in 1..=3 {
         let out = run(pipelock()

@@ -99,7 +99,7 @@ fn report_pages_render_and_show_the_jsons_figures() -> Result<Outcome> {
         .arg("--json")
         .arg(&json)
         .arg("--")
-        .arg(std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned()))
+        .arg(pipelock_path())
         .args(["run", "pipe-herd", "--limit", "50000", "-q"]))?;
     ensure!(traced.status.success(), "trace --html: {}", text(&traced.stderr));
     let trace: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;

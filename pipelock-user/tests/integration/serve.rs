@@ -574,9 +574,6 @@ fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
-    if Command::new("setpriv").arg("--help").output().is_err() {
-        return Ok(Outcome::Skipped("setpriv is not installed (util-linux)".into()));
-    }
     let unit = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/pipelock.service"))?;
     let caps: Vec<String> = unit
         .lines()
@@ -587,12 +584,11 @@ fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
         .collect();
     let caps = caps.join(",");
     let port = free_port()?;
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
-    let child = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(format!("--inh-caps={caps}"))
-        .arg(format!("--ambient-caps={caps}"))
-        .arg(&bin)
+    let mut nobody = match pipelock_as_nobody_with(&caps) {
+        Ok(cmd) => cmd,
+        Err(skip) => return Ok(skip),
+    };
+    let child = nobody
         .args(["serve", "--mode", "tracepoint", "--interval", "0.5", "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .stdout(Stdio::null())

@@ -263,16 +263,6 @@ fn prometheus_over_tls(dir: &Path, port: u16, ca: &str, cert: &str, key: &str) -
     }
 }
 
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> Result<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no VmRSS")
-}
-
 /// Open sockets of a process.
 fn sockets(pid: u32) -> Result<usize> {
     Ok(fs::read_dir(format!("/proc/{pid}/fd"))?
@@ -328,7 +318,7 @@ fn serve_shrugs_off_misbehaving_clients() -> Result<Outcome> {
     for _ in 0..50 {
         scrape_ok(port)?;
     }
-    let rss_before = rss_kib(pid)?;
+    let rss_before = soak::rss_kb(pid)?;
 
     // Slowloris: 20 heads trickling in, a byte a second.
     let slow: Vec<TcpStream> = (0..20)
@@ -400,7 +390,7 @@ fn serve_shrugs_off_misbehaving_clients() -> Result<Outcome> {
     for _ in 0..1000 {
         scrape_ok(port)?;
     }
-    let rss_after = rss_kib(pid)?;
+    let rss_after = soak::rss_kb(pid)?;
     let growth = rss_after.saturating_sub(rss_before);
     ensure!(
         growth <= 4096 + rss_before / 20,
@@ -478,15 +468,11 @@ fn a_missing_capability_is_named() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
-    if Command::new("setpriv").arg("--help").output().is_err() {
-        return Ok(Outcome::Skipped("setpriv is not installed (util-linux)".into()));
-    }
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
-    let out = run(Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args(["--inh-caps=+bpf", "--ambient-caps=+bpf"])
-        .arg(&bin)
-        .args(["trace", "--mode", "tracepoint", "--", "true"]))?;
+    let mut nobody = match pipelock_as_nobody_with("+bpf") {
+        Ok(cmd) => cmd,
+        Err(skip) => return Ok(skip),
+    };
+    let out = run(nobody.args(["trace", "--mode", "tracepoint", "--", "true"]))?;
     let stderr = text(&out.stderr);
     ensure!(
         !out.status.success() && stderr.trim().lines().count() == 1 && stderr.contains("lacks CAP_PERFMON"),
@@ -506,17 +492,15 @@ fn trace_runs_with_cap_bpf_and_cap_perfmon_alone() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
-    if Command::new("setpriv").arg("--help").output().is_err() {
-        return Ok(Outcome::Skipped("setpriv is not installed (util-linux)".into()));
-    }
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let mut nobody = match pipelock_as_nobody_with("+bpf,+perfmon") {
+        Ok(cmd) => cmd,
+        Err(skip) => return Ok(skip),
+    };
+    let bin = pipelock_path();
     // Where nobody may write.
     let json = std::env::temp_dir().join(format!("pipelock-it-{}-nobody.json", std::process::id()));
     let _ = fs::remove_file(&json);
-    let out = run(Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args(["--inh-caps=+bpf,+perfmon", "--ambient-caps=+bpf,+perfmon"])
-        .arg(&bin)
+    let out = run(nobody
         .args(["trace", "--mode", "tracepoint", "--bpf-stats", "--json"])
         .arg(&json)
         .args(["--", &bin, "run", "pipe-herd", "--limit", "50000", "-q"]))?;
@@ -540,7 +524,9 @@ fn trace_runs_with_cap_bpf_and_cap_perfmon_alone() -> Result<Outcome> {
         .filter_map(|row| row["contentions"].as_u64())
         .sum::<u64>();
     ensure!(contended > 0, "no contention counted as nobody: {notes:.2000}");
-    println!("  as nobody with CAP_BPF and CAP_PERFMON: {contended} contended waits; CAP_SYSLOG and CAP_SYS_ADMIN named where missing");
+    println!(
+        "  as nobody with CAP_BPF and CAP_PERFMON: {contended} contended waits; CAP_SYSLOG and CAP_SYS_ADMIN named where missing"
+    );
     Ok(Outcome::Passed)
 }
 register!(Host trace_runs_with_cap_bpf_and_cap_perfmon_alone);

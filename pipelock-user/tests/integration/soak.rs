@@ -38,7 +38,8 @@ impl Stretch {
     }
 }
 
-fn rss_kb(pid: u32) -> Result<u64> {
+/// Resident memory of a process, in KiB.
+pub(super) fn rss_kb(pid: u32) -> Result<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()

@@ -20,7 +20,7 @@ fn top_runs_in_a_real_terminal_and_detaches() -> Result<Outcome> {
         ensure!(out.status.success(), "tmux {args:?}: {}", text(&out.stderr));
         Ok(text(&out.stdout))
     };
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let bin = pipelock_path();
     let shell = format!(
         "{bin} top --mode tracepoint --interval 0.5 --callers --workload pipe-herd; echo $? > {}",
         status_file.display()
@@ -264,7 +264,7 @@ fn top_first_lines_are_whole_at_100_columns() -> Result<Outcome> {
         ensure!(out.status.success(), "tmux {args:?}: {}", text(&out.stderr));
         Ok(text(&out.stdout))
     };
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let bin = pipelock_path();
     let shell = format!("{bin} top --interval 0.5 --workload pipe-herd");
     tmux(&["new-session", "-d", "-s", "top", "-x", "100", "-y", "30", &shell])?;
     let result = (|| -> Result<()> {

@@ -326,7 +326,7 @@ fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
         return Ok(skip);
     }
     let (csv_path, json_path) = (scratch("interval.csv"), scratch("interval.json"));
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let bin = pipelock_path();
     // Several herds back to back, so that several intervals see contention
     // even where one herd is over in a tenth of a second (TCG guests).
     let (limit, runs) = if in_vm() { ("40000", "4") } else { ("300000", "1") };
@@ -408,7 +408,7 @@ fn trace_first_lines_fit_100_columns() -> Result<Outcome> {
     }
     let fentry_refused = mode_refusal("fentry")?.is_some();
     let hooked = !fentry_refused || mode_refusal("kprobe")?.is_none();
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let bin = pipelock_path();
     let out = run(pipelock().args(["trace", "--"]).arg(&bin).args([
         "run",
         "pipe-herd",

@@ -108,7 +108,7 @@ fn the_units_syscall_filter_allows_what_serve_calls() -> Result<Outcome> {
     )?;
     let port = free_port()?;
     let log = dir.join("strace.log");
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
+    let bin = pipelock_path();
     let mut strace = Command::new("strace")
         .args(["-f", "-qq", "-o"])
         .arg(&log)
