@@ -219,3 +219,53 @@ fn unauthorized() -> Response<Body> {
     );
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_table_closes_its_oldest_idle_connection_and_never_a_busy_one() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut table = Table::default();
+            let mut tasks = Vec::new();
+            for id in 0..MAX_CONNECTIONS as u64 {
+                let task = tokio::spawn(std::future::pending::<()>());
+                table.open.insert(
+                    id,
+                    Connection {
+                        abort: task.abort_handle(),
+                        // The three oldest are mid-request.
+                        busy: Arc::new(AtomicBool::new(id < 3)),
+                    },
+                );
+                tasks.push(task);
+            }
+            assert!(table.make_room());
+            assert_eq!(table.open.len(), MAX_CONNECTIONS - 1);
+            assert!(!table.open.contains_key(&3), "the oldest idle one is closed");
+            assert!((0..3).all(|id| table.open.contains_key(&id)), "busy ones stay");
+            tokio::task::yield_now().await;
+            assert!(tasks[3].is_finished() && !tasks[4].is_finished());
+
+            assert!(table.make_room(), "below the cap there is room");
+            let task = tokio::spawn(std::future::pending::<()>());
+            table.open.insert(
+                1000,
+                Connection {
+                    abort: task.abort_handle(),
+                    busy: Arc::new(AtomicBool::new(true)),
+                },
+            );
+            for connection in table.open.values() {
+                connection.busy.store(true, Ordering::Relaxed);
+            }
+            assert!(!table.make_room(), "every connection mid-request: no room");
+            assert_eq!(table.open.len(), MAX_CONNECTIONS);
+        });
+    }
+}
