@@ -62,6 +62,20 @@ pub(super) struct Serve {
     pub port: u16,
 }
 
+impl Serve {
+    /// Fails, with its stderr, if `what` (this serve) has exited.
+    pub(super) fn still_running(&mut self, what: &str) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = self.child.stderr.take() {
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            bail!("{what} exited with {status}: {stderr}");
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Serve {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -83,13 +97,7 @@ pub(super) fn start_serve(args: &[&str]) -> Result<Serve> {
     let mut serve = Serve { child, port };
     let deadline = Instant::now() + Duration::from_secs(if in_vm() { 120 } else { 30 });
     loop {
-        if let Some(status) = serve.child.try_wait()? {
-            let mut stderr = String::new();
-            if let Some(mut pipe) = serve.child.stderr.take() {
-                let _ = pipe.read_to_string(&mut stderr);
-            }
-            bail!("serve exited with {status}: {stderr}");
-        }
+        serve.still_running("serve")?;
         if let Ok((200, _, body)) = http_get(port, "/healthz", None)
             && body.starts_with("ok")
         {
@@ -599,13 +607,7 @@ fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
     while !http_get(port, "/healthz", None)
         .is_ok_and(|(status, _, body)| status == 200 && body.starts_with("ok"))
     {
-        if let Some(status) = serve.child.try_wait()? {
-            let mut stderr = String::new();
-            if let Some(mut pipe) = serve.child.stderr.take() {
-                let _ = pipe.read_to_string(&mut stderr);
-            }
-            bail!("serve as nobody with {caps} exited with {status}: {stderr}");
-        }
+        serve.still_running(&format!("serve as nobody with {caps}"))?;
         ensure!(Instant::now() < deadline, "serve as nobody never became healthy");
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -101,13 +101,7 @@ fn serve_speaks_tls_and_basic_auth() -> Result<Outcome> {
     let deadline = Instant::now() + Duration::from_secs(30);
     // 503 until the first collection is published.
     while curl(&full, &https("/metrics"))? != Some(200) {
-        if let Some(status) = serve.child.try_wait()? {
-            let mut stderr = String::new();
-            if let Some(mut pipe) = serve.child.stderr.take() {
-                let _ = pipe.read_to_string(&mut stderr);
-            }
-            bail!("serve --web-config exited with {status}: {stderr}");
-        }
+        serve.still_running("serve --web-config")?;
         ensure!(Instant::now() < deadline, "serve over TLS never answered");
         std::thread::sleep(Duration::from_millis(200));
     }
