@@ -13,11 +13,6 @@ pub fn effective_caps(status: &str) -> Option<u64> {
     u64::from_str_radix(hex.trim(), 16).ok()
 }
 
-pub fn caps_allow_bpf(caps: u64) -> bool {
-    let has = |cap: u32| caps & (1 << cap) != 0;
-    has(CAP_BPF) && has(CAP_PERFMON)
-}
-
 /// The capabilities loading needs that `caps` lacks, by name.
 pub fn missing_for_bpf(caps: u64) -> Vec<&'static str> {
     [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
@@ -71,8 +66,6 @@ mod tests {
     fn reads_effective_caps() {
         let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000000c000000000\n";
         let caps = effective_caps(status).unwrap();
-        assert!(caps_allow_bpf(caps));
-        assert!(!caps_allow_bpf(1 << CAP_BPF));
         assert_eq!(effective_caps("Name:\tx\n"), None);
         assert_eq!(missing_for_bpf(1 << CAP_BPF), ["CAP_PERFMON"]);
         assert_eq!(missing_for_bpf(0), ["CAP_BPF", "CAP_PERFMON"]);
