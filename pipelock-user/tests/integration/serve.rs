@@ -440,6 +440,39 @@ fn serve_stops_on_signals_and_refuses_bad_addresses() -> Result<Outcome> {
 }
 register!(Host serve_stops_on_signals_and_refuses_bad_addresses);
 
+/// Prometheus (`binary`) with `config`, its storage under `dir`, its API on
+/// a free loopback port; killed when dropped.
+pub(super) fn start_prometheus(binary: &str, config: &Path, dir: &Path) -> Result<Serve> {
+    let port = free_port()?;
+    Ok(Serve {
+        child: Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+        port,
+    })
+}
+
+/// The first value an instant query gives, from the Prometheus on `port`.
+pub(super) fn prometheus_query(port: u16, query: &str) -> Result<Option<f64>> {
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (status, _, body) = http_get(port, &format!("/api/v1/query?query={encoded}"), None)?;
+    ensure!(status == 200, "query {query}: {status} {body}");
+    let json: serde_json::Value = serde_json::from_str(&body)?;
+    Ok(json["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok()))
+}
+
 /// Debian's `prometheus` (and `promtool`), where installed.
 fn prometheus_binaries() -> Option<(&'static str, &'static str)> {
     let found = |p: &'static str| Path::new(p).exists().then_some(p);
@@ -492,34 +525,9 @@ fn a_real_prometheus_scrapes_the_exporter() -> Result<Outcome> {
             serve.port
         ),
     )?;
-    let web = free_port()?;
-    let mut server = Serve {
-        child: Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{web}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-        port: web,
-    };
-    let query = |q: &str| -> Result<Option<f64>> {
-        let encoded: String = q
-            .bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        let (status, _, body) = http_get(web, &format!("/api/v1/query?query={encoded}"), None)?;
-        ensure!(status == 200, "query {q}: {status} {body}");
-        let json: serde_json::Value = serde_json::from_str(&body)?;
-        Ok(json["data"]["result"][0]["value"][1]
-            .as_str()
-            .and_then(|v| v.parse().ok()))
-    };
+    let mut server = start_prometheus(prometheus, &config, &dir)?;
+    let web = server.port;
+    let query = |q: &str| prometheus_query(web, q);
     // Prometheus is up and has scraped the exporter at least once.
     let deadline = Instant::now() + Duration::from_secs(30);
     while query("up{job=\"pipelock\"}").ok().flatten() != Some(1.0) {

@@ -10,7 +10,7 @@ use std::{
 };
 
 use super::{
-    serve::{Serve, free_port, http_get, start_serve},
+    serve::{Serve, free_port, http_get, prometheus_query, start_prometheus, start_serve},
     *,
 };
 
@@ -213,29 +213,8 @@ fn prometheus_over_tls(dir: &Path, port: u16, ca: &str, cert: &str, key: &str) -
             job("pipelock-wrong-password", "wrong")
         ),
     )?;
-    let web = free_port()?;
-    let _server = Serve {
-        child: Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{web}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-        port: web,
-    };
-    let query = |q: &str| -> Option<f64> {
-        let encoded: String = q
-            .bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        let (_, _, body) = http_get(web, &format!("/api/v1/query?query={encoded}"), None).ok()?;
-        let json: serde_json::Value = serde_json::from_str(&body).ok()?;
-        json["data"]["result"][0]["value"][1].as_str()?.parse().ok()
-    };
+    let server = start_prometheus(prometheus, &config, dir)?;
+    let query = |q: &str| prometheus_query(server.port, q).ok().flatten();
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let (up, wrong, info) = (
