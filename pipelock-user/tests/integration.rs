@@ -593,7 +593,22 @@ fn perf_binary() -> Option<&'static str> {
 /// design, attributes no other path, e.g. the pipe mutex taken at close).
 /// 2 % slack, as events inside another BPF program are skipped. Returns how
 /// many addresses were compared; removes `data`.
-fn compare_with_perf(perf: &str, data: &Path, report: &serde_json::Value) -> Result<usize> {
+/// Whether perf lost events: such a run is void (perf's own ring
+/// overflowed, its counts are short).
+fn perf_lost(perf: &str, data: &Path) -> Result<bool> {
+    let stats = run(Command::new(perf).args(["report", "--stats", "-i"]).arg(data))?;
+    let stats = text(&stats.stdout);
+    Ok(stats
+        .lines()
+        .any(|l| l.trim_start().starts_with("LOST") && !l.trim_end().ends_with(" 0")))
+}
+
+/// None where perf lost events (the comparison would be void).
+fn compare_with_perf(perf: &str, data: &Path, report: &serde_json::Value) -> Result<Option<usize>> {
+    if perf_lost(perf, data)? {
+        let _ = fs::remove_file(data);
+        return Ok(None);
+    }
     let data_arg = data.to_str().context("non-UTF-8 temp path")?;
     let script = run(Command::new(perf).args(["script", "-i", data_arg, "-F", "event,trace,ip,sym"]))?;
     let _ = fs::remove_file(data);
@@ -648,7 +663,7 @@ fn compare_with_perf(perf: &str, data: &Path, report: &serde_json::Value) -> Res
     }
     ensure!(!ours.is_empty(), "no pipe lock to compare: {report}");
     println!("  perf: {elsewhere} of {records} contention_end events outside pipe read/write, not compared");
-    Ok(ours.len())
+    Ok(Some(ours.len()))
 }
 
 /// The kernel's pipe read/write entry points, all versions.

@@ -51,16 +51,6 @@ fn through(chains: &[Vec<String>], stack: &[String]) -> u64 {
         .count() as u64
 }
 
-/// Whether perf lost events: such a run is void (perf's own ring
-/// overflowed, its counts are short).
-fn perf_lost(perf: &str, data: &Path) -> Result<bool> {
-    let stats = run(Command::new(perf).args(["report", "--stats", "-i"]).arg(data))?;
-    let stats = text(&stats.stdout);
-    Ok(stats
-        .lines()
-        .any(|l| l.trim_start().starts_with("LOST") && !l.trim_end().ends_with(" 0")))
-}
-
 fn callers_agree_with_perf_lock_call_chains() -> Result<Outcome> {
     let Some(perf) = perf_binary() else {
         return Ok(Outcome::Skipped(
