@@ -6,7 +6,7 @@ use crate::{
     kernel::{KernelSymbols, SymbolKind},
     model::{
         CallerRow, LockClass, LockRow, ReportView, SortKey, TaskRow, Timing,
-        callers::{callers_of, merge_callers, tasks_of},
+        callers::{LockTotals, callers_of, merge_callers, tasks_of},
         naming::identify,
         owners::{by_lock, holds_of, owners_of},
         sort_rows,
@@ -117,6 +117,12 @@ pub fn rows(taken: &Taken, cx: &RowContext) -> Rows {
                 cx.view.stack_depth,
                 cx.hooked,
                 cx.stack_sample,
+                &LockTotals {
+                    acquisitions: merged.acquisitions(cx.hooked).unwrap_or(0),
+                    contentions: merged.contended(cx.hooked),
+                    wait_ns: merged.wait.total_ns,
+                    hold_ns: merged.hold.total_ns,
+                },
             );
             callers.retain(|c| cx.view.keeps_caller(c));
             LockRow {

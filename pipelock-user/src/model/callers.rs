@@ -72,23 +72,134 @@ pub struct CallerMargin {
 /// Standard normal quantile of a two-sided 95 % interval.
 const Z95: f64 = 1.96;
 
+/// A lock's own figures, which count every event, sampled or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockTotals {
+    /// Every acquisition (hooked modes; 0 in tracepoint mode).
+    pub acquisitions: u64,
+    pub contentions: u64,
+    pub wait_ns: u64,
+    pub hold_ns: u64,
+}
+
+/// What a lock's caller rows could not see: the events left out of the
+/// sample. Any row may hold some of them, including a row none of whose
+/// records was sampled, so every row of a lock that left events out has a
+/// margin.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Unseen {
+    pub acquisitions: u64,
+    pub contentions: u64,
+    /// The root mean square wait and hold (ns) of the lock's sampled
+    /// records: the scale of a left-out event's share of a total.
+    pub wait_rms_ns: f64,
+    pub hold_rms_ns: f64,
+}
+
+impl Unseen {
+    /// From a lock's totals and its caller parts: what the totals count
+    /// beyond what the parts recorded (a sampled record is one event
+    /// though it counts `sample` times).
+    pub fn of<'a>(
+        totals: &LockTotals,
+        parts: impl IntoIterator<Item = &'a DetailStats>,
+        sample: u32,
+        hooked: bool,
+    ) -> Self {
+        let extra = u64::from(sample.max(1) - 1);
+        let (mut acquisitions, mut contentions, mut records) = (0u64, 0u64, 0u64);
+        let (mut wait_squares, mut hold_squares) = (0u64, 0u64);
+        for part in parts {
+            let s = &part.sampled;
+            acquisitions += part.acquisitions.saturating_sub(extra * s[sampling::RECORDS]);
+            contentions += part.contentions.saturating_sub(extra * s[sampling::CONTENDED]);
+            records += s[sampling::RECORDS];
+            wait_squares = wait_squares.saturating_add(s[sampling::WAIT_SQUARES]);
+            hold_squares = hold_squares.saturating_add(s[sampling::HOLD_SQUARES]);
+        }
+        let unit = f64::from(1u32 << sampling::SQUARE_SHIFT);
+        // Without a sampled record, the lock's mean stands in; in
+        // tracepoint mode a left-out wait is shorter than LONG_WAIT_NS.
+        let per = |total: u64, events: u64| total as f64 / events.max(1) as f64;
+        let (wait_rms_ns, hold_rms_ns) = if records > 0 {
+            (
+                (wait_squares as f64 / records as f64).sqrt() * unit,
+                (hold_squares as f64 / records as f64).sqrt() * unit,
+            )
+        } else if hooked {
+            (
+                per(totals.wait_ns, totals.acquisitions),
+                per(totals.hold_ns, totals.acquisitions),
+            )
+        } else {
+            (
+                per(totals.wait_ns, totals.contentions).min(sampling::LONG_WAIT_NS as f64),
+                0.0,
+            )
+        };
+        Self {
+            acquisitions: if hooked {
+                totals.acquisitions.saturating_sub(acquisitions)
+            } else {
+                0
+            },
+            contentions: totals.contentions.saturating_sub(contentions),
+            wait_rms_ns,
+            hold_rms_ns,
+        }
+    }
+}
+
+/// The upper end of the two-sided 95 % interval of a Poisson mean of
+/// which `n` were seen (Garwood's, by the Wilson–Hilferty approximation:
+/// 3.67 for n = 0 against the exact 3.69, closer from there on).
+fn poisson_upper(n: u64) -> f64 {
+    let m = n as f64 + 1.0;
+    m * (1.0 - 1.0 / (9.0 * m) + Z95 / (3.0 * m.sqrt())).powi(3)
+}
+
 impl CallerMargin {
     /// The margins of a part's estimates whose sampled records each stood
-    /// for `sample` of them: a record taken with probability 1/w adds
-    /// w(w−1)·x² to the variance of an estimated total of x (see
-    /// `pipelock_common::sampling`). None when nothing was sampled.
-    pub fn of(stats: &DetailStats, sample: u32, hooked: bool) -> Option<Self> {
-        if stats.sampled[sampling::RECORDS] == 0 || sample <= 1 {
+    /// for `sample` of them (see `pipelock_common::sampling`). A row's n
+    /// sampled records are a Poisson count of its events in the sampling
+    /// phase over `sample`: its count's margin is `sample` times the
+    /// distance from n to the upper end of n's interval (≈ 1.96·√n·sample
+    /// for large n; 3.7·sample for n = 0, where the plug-in variance would
+    /// claim an exact row), and no wider than what the lock left out
+    /// allows. A total's margin is the count's times the root mean square
+    /// of the row's sampled figures, pooled with one record at the lock's
+    /// (the variance of a total of x is w(w−1)·Σx²). None when nothing
+    /// was sampled or left out.
+    pub fn of(stats: &DetailStats, sample: u32, hooked: bool, unseen: &Unseen) -> Option<Self> {
+        let records = stats.sampled[sampling::RECORDS];
+        if sample <= 1 || (records == 0 && unseen.contentions == 0 && unseen.acquisitions == 0) {
             return None;
         }
         let w = f64::from(sample);
-        let margin = |sum: u64, unit: f64| (Z95 * (w * (w - 1.0) * sum as f64).sqrt() * unit).round() as u64;
+        let count = |n: u64, left: u64| {
+            // The estimate counts each of n records w times: the truth lies
+            // between n and n + left of those events.
+            let counted = (w - 1.0) * n as f64;
+            let bound = counted.max(left as f64 - counted);
+            (w * (poisson_upper(n) - n as f64)).min(bound)
+        };
         let unit = f64::from(1u32 << sampling::SQUARE_SHIFT);
+        let rms = |squares: u64, lock_rms: f64| {
+            ((squares as f64 * unit * unit + lock_rms * lock_rms) / (records as f64 + 1.0)).sqrt()
+        };
+        let contentions = count(stats.sampled[sampling::CONTENDED], unseen.contentions);
+        let acquisitions = count(records, unseen.acquisitions);
+        // Every record carries a wait: contended ones only in tracepoint
+        // mode, every acquisition in the hooked modes.
+        let wait_events = if hooked { acquisitions } else { contentions };
         Some(Self {
-            acquisitions: hooked.then(|| margin(stats.sampled[sampling::RECORDS], 1.0)),
-            contentions: margin(stats.sampled[sampling::CONTENDED], 1.0),
-            wait_total_ns: margin(stats.sampled[sampling::WAIT_SQUARES], unit),
-            hold_total_ns: hooked.then(|| margin(stats.sampled[sampling::HOLD_SQUARES], unit)),
+            acquisitions: hooked.then(|| acquisitions.round() as u64),
+            contentions: contentions.round() as u64,
+            wait_total_ns: (wait_events * rms(stats.sampled[sampling::WAIT_SQUARES], unseen.wait_rms_ns))
+                .round() as u64,
+            hold_total_ns: hooked.then(|| {
+                (acquisitions * rms(stats.sampled[sampling::HOLD_SQUARES], unseen.hold_rms_ns)).round() as u64
+            }),
         })
     }
 
@@ -195,7 +306,8 @@ pub fn frame_matches(glob: &glob::Pattern, frame: &str) -> bool {
 
 /// A lock's (or class's) caller rows: parts of kind `CALLER` grouped by
 /// their shown stack (ids whose stacks differ only below `depth` merge),
-/// most wait first. `stack_of` gives an id's symbolized frames.
+/// most wait first. `stack_of` gives an id's symbolized frames; `totals`
+/// are the lock's own, for what sampling left out of its rows.
 pub fn callers_of<'a>(
     class: Option<LockClass>,
     parts: impl IntoIterator<Item = (&'a DetailKey, &'a DetailStats)>,
@@ -203,12 +315,15 @@ pub fn callers_of<'a>(
     depth: usize,
     hooked: bool,
     stack_sample: u32,
+    totals: &LockTotals,
 ) -> Vec<CallerRow> {
+    let parts: Vec<_> = parts
+        .into_iter()
+        .filter(|(key, _)| key.kind == detail::CALLER)
+        .collect();
+    let unseen = Unseen::of(totals, parts.iter().map(|(_, s)| *s), stack_sample, hooked);
     let mut grouped: HashMap<Vec<String>, DetailStats> = HashMap::new();
     for (key, stats) in parts {
-        if key.kind != detail::CALLER {
-            continue;
-        }
         let stack = match (key.id, stack_of(key.id)) {
             (FOLDED, _) => vec!["(other call stacks)".to_owned()],
             (NO_STACK, _) | (_, None) => vec!["(stack lost)".to_owned()],
@@ -226,7 +341,7 @@ pub fn callers_of<'a>(
             wait_total_ns: s.wait_ns,
             wait_max_ns: s.wait_max_ns,
             hold_total_ns: hooked.then_some(s.hold_ns),
-            margin: CallerMargin::of(&s, stack_sample, hooked),
+            margin: CallerMargin::of(&s, stack_sample, hooked, &unseen),
         })
         .collect();
     sort_callers(&mut rows);

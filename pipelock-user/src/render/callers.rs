@@ -60,7 +60,9 @@ pub fn caller_table(report: &TraceReport, top: usize) -> String {
     out.push_str(&table.to_string());
     out.push('\n');
     if report.by_caller.iter().take(top).any(|row| row.margin.is_some()) {
-        out.push_str("(± : the 95 % margin of a caller whose stacks were sampled; see --stack-sample)\n");
+        out.push_str(
+            "(± : the 95 % margin of a caller of a lock whose stacks were sampled; see --stack-sample)\n",
+        );
     }
     if report.by_caller.len() > top {
         out.push_str(&format!(
