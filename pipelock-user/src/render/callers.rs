@@ -11,10 +11,11 @@ fn na() -> String {
 }
 
 /// `value`, and where it is a sampled estimate its 95 % margin as a share
-/// of it (`12454 ±3.1 %`).
+/// of it (`12454 ±3.1 %`), or as it is where it exceeds the value (`2 ±117`:
+/// a rare row that may have had events left out).
 fn estimate(value: u64, margin: Option<u64>, show: impl Fn(u64) -> String) -> String {
     match margin {
-        Some(m) if value > 0 => format!("{} ±{:.1} %", show(value), m as f64 * 100.0 / value as f64),
+        Some(m) if m < value => format!("{} ±{:.1} %", show(value), m as f64 * 100.0 / value as f64),
         Some(m) => format!("{} ±{}", show(value), show(m)),
         None => show(value),
     }
@@ -211,6 +212,19 @@ mod tests {
         assert!(table.contains("1000 ±3.1 %"), "{table}");
         assert!(table.contains("4.00 ms ±5.0 %"), "{table}");
         assert!(table.contains("95 % margin"), "{table}");
+        let mut rare = caller(&["anon_pipe_read+0x66"], 2, 20_000);
+        rare.margin = Some(crate::model::CallerMargin {
+            contentions: 117,
+            wait_total_ns: 1_170_000,
+            ..Default::default()
+        });
+        report.by_caller.push(rare);
+        let table = caller_table(&report, 20);
+        assert!(
+            table.contains("2 ±117 "),
+            "a margin past the value is shown as it is: {table}"
+        );
+        assert!(table.contains("20.00 us ±1.17 ms"), "{table}");
         assert!(top_callers(&report, 20).contains("≈1000 contended"));
     }
 
