@@ -579,6 +579,21 @@ fn hooked_mode_skip(mode: &str) -> Result<Option<Outcome>> {
     Ok(mode_refusal(mode)?.map(Outcome::Skipped))
 }
 
+/// The runs the kernel skipped of the report's programs whose names pass
+/// `on_path` (`recursion_misses`: under 6.18's lazy preemption a fentry
+/// program preempted mid-run makes its CPU skip it until it resumes). Each
+/// can lose one event of that path, so an exact count may fall short by
+/// this many, never more.
+fn skipped_runs(report: &serde_json::Value, on_path: impl Fn(&str) -> bool) -> u64 {
+    report["programs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| on_path(p["name"].as_str().unwrap_or("")))
+        .filter_map(|p| p["recursion_misses"].as_u64())
+        .sum()
+}
+
 /// The installed perf binary, if any.
 fn perf_binary() -> Option<&'static str> {
     ["/usr/bin/perf", "/usr/local/bin/perf"]

@@ -276,15 +276,7 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
     // 6.18's lazy preemption a fentry program preempted mid-run makes its CPU
     // skip it until it resumes), each of which can lose an acquisition whose
     // owner row was kept.
-    let skipped_where = |on_path: fn(&str) -> bool| -> u64 {
-        report["programs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|p| p["name"].as_str().is_some_and(on_path))
-            .filter_map(|p| p["recursion_misses"].as_u64())
-            .sum()
-    };
+    let skipped_where = |on_path: fn(&str) -> bool| skipped_runs(&report, on_path);
     let mut owners_line = String::new();
     for (row, skipped) in [
         (mutex, skipped_where(|p| !p.contains("spin_"))),

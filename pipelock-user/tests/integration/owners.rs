@@ -201,12 +201,7 @@ fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
     };
     let (unknown, known) = (waits_of(true), waits_of(false));
     let kernel = rebuild_waits(&trace, lock)?;
-    let skipped: u64 = report["programs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["recursion_misses"].as_u64())
-        .sum();
+    let skipped = skipped_runs(&report, |_| true);
     let contended = mutex["contentions"].as_u64().unwrap_or(0);
     ensure!(
         kernel.waits > 0 && kernel.waits.abs_diff(contended) <= skipped,

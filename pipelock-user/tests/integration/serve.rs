@@ -308,13 +308,7 @@ fn mutex_path_misses(
             on_path(program).then(|| value - before.get(key).copied().unwrap_or(0.0))
         })
         .sum();
-    let traced = report["programs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| on_path(p["name"].as_str().unwrap_or("")))
-        .filter_map(|p| p["recursion_misses"].as_u64())
-        .sum::<u64>() as f64;
+    let traced = skipped_runs(report, on_path) as f64;
     (served, traced)
 }
 
