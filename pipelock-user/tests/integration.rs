@@ -594,6 +594,27 @@ fn skipped_runs(report: &serde_json::Value, on_path: impl Fn(&str) -> bool) -> u
         .sum()
 }
 
+/// Checks a pipe-mutex row's exact count: `want` acquisitions, short by
+/// no more than the runs the kernel skipped on the mutex's path (a skipped
+/// lock call loses its acquisition, and its release is then one without a
+/// start: dropped). Gives the count and, where runs were skipped, says so.
+fn exact_mutex_count(report: &serde_json::Value, row: &serde_json::Value, want: u64) -> Result<String> {
+    let acquisitions = row["acquisitions"].as_u64().unwrap_or(0);
+    let dropped = row["dropped"].as_u64().unwrap_or(0);
+    let skipped = skipped_runs(report, |p| !p.contains("spin_"));
+    ensure!(
+        acquisitions <= want && acquisitions + skipped >= want && dropped <= skipped,
+        "pipe mutex acquired {acquisitions} times, {dropped} dropped; want exactly {want}, 0 \
+         ({skipped} runs skipped on the mutex's path; trace's notes: {})",
+        report["notes"]
+    );
+    Ok(if skipped > 0 {
+        format!("{acquisitions} ({skipped} runs the kernel skipped on the mutex's path)")
+    } else {
+        acquisitions.to_string()
+    })
+}
+
 /// The installed perf binary, if any.
 fn perf_binary() -> Option<&'static str> {
     ["/usr/bin/perf", "/usr/local/bin/perf"]

@@ -116,16 +116,8 @@ fn hooks_count_nonblocking_pipe_io(mode: &str) -> Result<Outcome> {
         .into_iter()
         .find(|r| r["class"] == "pipe-mutex")
         .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {report}"))?;
-    ensure!(
-        mutex["acquisitions"] == 2 * N,
-        "RWF_NOWAIT: pipe mutex acquired {} times, want exactly {}",
-        mutex["acquisitions"],
-        2 * N
-    );
-    println!(
-        "  pipe:[{ino}]: {} acquisitions for {N} RWF_NOWAIT writes + reads",
-        mutex["acquisitions"]
-    );
+    let count = exact_mutex_count(&report, mutex, 2 * N).context("RWF_NOWAIT")?;
+    println!("  pipe:[{ino}]: {count} acquisitions for {N} RWF_NOWAIT writes + reads");
     Ok(Outcome::Passed)
 }
 
@@ -177,12 +169,7 @@ fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
         .iter()
         .find(|r| r["class"] == "pipe-mutex")
         .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {report}"))?;
-    ensure!(
-        mutex["acquisitions"] == 2 * N,
-        "pipe mutex acquired {} times, want exactly {}",
-        mutex["acquisitions"],
-        2 * N
-    );
+    let count = exact_mutex_count(&report, mutex, 2 * N)?;
     ensure!(
         mutex["contentions"] == 0,
         "one thread contended with itself: {}",
@@ -197,17 +184,18 @@ fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
         .iter()
         .find(|r| r["class"] == "pipe-rd-wait")
         .context("no pipe-rd-wait row")?;
+    let spin_skipped = skipped_runs(&report, |p| p.contains("spin_"));
     ensure!(
-        rd["acquisitions"].as_u64().unwrap_or(0) >= N,
-        "rd_wait.lock acquired {} times, want ≥ {N}",
+        rd["acquisitions"].as_u64().unwrap_or(0) + spin_skipped >= N,
+        "rd_wait.lock acquired {} times, want ≥ {N} ({spin_skipped} runs skipped on the spinlocks' path)",
         rd["acquisitions"]
     );
     for row in [mutex, rd] {
         check_percentiles(row, "hold")?;
     }
     println!(
-        "  pipe:[{ino}]: mutex {} acquisitions, rd_wait.lock {}",
-        mutex["acquisitions"], rd["acquisitions"]
+        "  pipe:[{ino}]: mutex {count} acquisitions, rd_wait.lock {}",
+        rd["acquisitions"]
     );
     Ok(Outcome::Passed)
 }

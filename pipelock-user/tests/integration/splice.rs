@@ -230,31 +230,13 @@ fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
     };
     // No two threads here share a per-thread slot (counted if they did).
     ensure!(report["drops"]["slot_busy"] == 0, "drops: {}", report["drops"]);
-    // Both pipes' mutexes share the programs: a skipped run is either's.
-    let skipped = skipped_runs(&report, |p| !p.contains("spin_"));
     for (ino, want, calls) in [
         (a, 4 * N, "splice in + tee + vmsplice + read"),
         (b, 2 * N, "tee + splice out"),
     ] {
-        let row = mutex_row(&report, ino)?;
-        let acquisitions = row["acquisitions"].as_u64().unwrap_or(0);
-        let dropped = row["dropped"].as_u64().unwrap_or(0);
-        // A skipped lock call loses its acquisition, and its release is
-        // then one without a start (dropped).
-        ensure!(
-            acquisitions <= want && acquisitions + skipped >= want && dropped <= skipped,
-            "pipe:[{ino}] ({calls}, {N} each): {acquisitions} acquisitions, {dropped} dropped; want exactly \
-             {want}, 0 ({skipped} runs skipped on the mutex's path; trace's notes: {})",
-            report["notes"]
-        );
-        println!(
-            "  pipe:[{ino}]: {acquisitions} acquisitions for {N} × ({calls}){}",
-            if skipped > 0 {
-                format!(" ({skipped} runs the kernel skipped on the mutex's path)")
-            } else {
-                String::new()
-            }
-        );
+        let count = exact_mutex_count(&report, mutex_row(&report, ino)?, want)
+            .with_context(|| format!("pipe:[{ino}] ({calls}, {N} each)"))?;
+        println!("  pipe:[{ino}]: {count} acquisitions for {N} × ({calls})");
     }
     Ok(Outcome::Passed)
 }
@@ -295,24 +277,10 @@ fn hooks_count_io_uring_pipe_reads(mode: &str) -> Result<Outcome> {
         &["--uring-pipe-io", &N.to_string()],
     )?;
     let ino: u64 = facts.trim().parse()?;
-    let row = mutex_row(&report, ino)?;
-    let acquisitions = row["acquisitions"].as_u64().unwrap_or(0);
-    let skipped = skipped_runs(&report, |p| !p.contains("spin_"));
-    ensure!(
-        acquisitions <= 2 * N && acquisitions + skipped >= 2 * N,
-        "io_uring: pipe mutex acquired {acquisitions} times, want exactly {} (N writes + N reads, -c {comm}; \
-         {skipped} runs skipped on the mutex's path, {} dropped; notes: {})",
-        2 * N,
-        row["dropped"],
-        report["notes"]
-    );
+    let count = exact_mutex_count(&report, mutex_row(&report, ino)?, 2 * N)
+        .with_context(|| format!("io_uring, N writes + N reads, -c {comm}"))?;
     println!(
-        "  pipe:[{ino}]: {acquisitions} acquisitions for {N} writes + {N} io_uring reads (half on io-wq workers), -c {comm}{}",
-        if skipped > 0 {
-            format!(" ({skipped} runs the kernel skipped on the mutex's path)")
-        } else {
-            String::new()
-        }
+        "  pipe:[{ino}]: {count} acquisitions for {N} writes + {N} io_uring reads (half on io-wq workers), -c {comm}"
     );
     Ok(Outcome::Passed)
 }
