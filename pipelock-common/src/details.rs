@@ -129,11 +129,12 @@ pub struct DetailStats {
 /// wait total with it: in tracepoint mode a wait of [`sampling::LONG_WAIT_NS`]
 /// or more is always recorded, its stack unwound at `contention_end` if the
 /// begin left it out. A record taken with probability 1/w counts w times in
-/// its caller's counts and totals (the Horvitz–Thompson estimator: unbiased,
-/// since whether a stack is taken never depends on which stack it is), and
-/// adds w(w−1)·x² to the variance of the estimate of a total of x. With w
-/// the same for every sampled record, the part keeps the sums of x² here
-/// and userspace multiplies by w(w−1).
+/// its part's counts and totals, and the part also keeps its sampled
+/// records' own sums (and sums of squares, for the margins): userspace
+/// takes the exactly recorded figures out, and shares what the lock's own
+/// exact figures leave over among the parts in proportion to their
+/// sampled records (`model::callers`), so that no part claims more than
+/// its lock had.
 pub mod sampling {
     /// `DetailStats::sampled[RECORDS]`: records of sampled stacks.
     pub const RECORDS: usize = 0;
@@ -145,7 +146,12 @@ pub mod sampling {
     /// (hooked modes) squares to 10^15.
     pub const WAIT_SQUARES: usize = 2;
     pub const HOLD_SQUARES: usize = 3;
-    pub const FIELDS: usize = 4;
+    /// Σ wait_ns, Σ hold_ns of the sampled records, unweighted: how the
+    /// part's totals split into what was recorded exactly and what was
+    /// sampled.
+    pub const WAIT_SUM: usize = 4;
+    pub const HOLD_SUM: usize = 5;
+    pub const FIELDS: usize = 6;
     pub const SQUARE_SHIFT: u32 = 5;
 
     /// Tracepoint mode: waits this long are never sampled.

@@ -126,6 +126,7 @@ pub(crate) fn record_contended_weighed(
             part.sampled[sampling::RECORDS] += 1;
             part.sampled[sampling::CONTENDED] += 1;
             part.sampled[sampling::WAIT_SQUARES] += sampling::square(ns);
+            part.sampled[sampling::WAIT_SUM] += ns;
         }
         return Some((part, Update::Here));
     }

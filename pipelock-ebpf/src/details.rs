@@ -136,6 +136,8 @@ pub(crate) fn record_weighed(
             &mut part.sampled[sampling::HOLD_SQUARES],
             sampling::square(hold_ns),
         );
+        bump(&mut part.sampled[sampling::WAIT_SUM], wait_ns);
+        bump(&mut part.sampled[sampling::HOLD_SUM], hold_ns);
     }
     Some(part)
 }

@@ -68,6 +68,8 @@ mod report;
 mod serve;
 #[path = "integration/serve_fleet.rs"]
 mod serve_fleet;
+#[path = "integration/skips.rs"]
+mod skips;
 #[path = "integration/soak.rs"]
 mod soak;
 #[path = "integration/splice.rs"]
@@ -577,42 +579,6 @@ fn hooked_mode_skip(mode: &str) -> Result<Option<Outcome>> {
         return Ok(Some(skip));
     }
     Ok(mode_refusal(mode)?.map(Outcome::Skipped))
-}
-
-/// The runs the kernel skipped of the report's programs whose names pass
-/// `on_path` (`recursion_misses`: under 6.18's lazy preemption a fentry
-/// program preempted mid-run makes its CPU skip it until it resumes). Each
-/// can lose one event of that path, so an exact count may fall short by
-/// this many, never more.
-fn skipped_runs(report: &serde_json::Value, on_path: impl Fn(&str) -> bool) -> u64 {
-    report["programs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| on_path(p["name"].as_str().unwrap_or("")))
-        .filter_map(|p| p["recursion_misses"].as_u64())
-        .sum()
-}
-
-/// Checks a pipe-mutex row's exact count: `want` acquisitions, short by
-/// no more than the runs the kernel skipped on the mutex's path (a skipped
-/// lock call loses its acquisition, and its release is then one without a
-/// start: dropped). Gives the count and, where runs were skipped, says so.
-fn exact_mutex_count(report: &serde_json::Value, row: &serde_json::Value, want: u64) -> Result<String> {
-    let acquisitions = row["acquisitions"].as_u64().unwrap_or(0);
-    let dropped = row["dropped"].as_u64().unwrap_or(0);
-    let skipped = skipped_runs(report, |p| !p.contains("spin_"));
-    ensure!(
-        acquisitions <= want && acquisitions + skipped >= want && dropped <= skipped,
-        "pipe mutex acquired {acquisitions} times, {dropped} dropped; want exactly {want}, 0 \
-         ({skipped} runs skipped on the mutex's path; trace's notes: {})",
-        report["notes"]
-    );
-    Ok(if skipped > 0 {
-        format!("{acquisitions} ({skipped} runs the kernel skipped on the mutex's path)")
-    } else {
-        acquisitions.to_string()
-    })
 }
 
 /// The installed perf binary, if any.

@@ -134,6 +134,22 @@ const KERNEL_TROUBLE: &[&str] = &[
     "Call Trace:",
 ];
 
+/// The tests a run's output says failed, with their reasons: each
+/// `test NAME ... FAILED (took): why` line (a guest's, or the host's).
+pub fn failed_tests(log: &str) -> Vec<(String, String)> {
+    log.lines()
+        .filter_map(|line| {
+            let (head, why) = line.split_once(" ... FAILED")?;
+            let name = head.rsplit_once("test ")?.1.trim();
+            let why = why
+                .split_once("): ")
+                .map_or(why, |(_, w)| w)
+                .trim_start_matches(": ");
+            Some((name.to_owned(), why.trim().to_owned()))
+        })
+        .collect()
+}
+
 /// `integration: 5 passed, 1 failed, 2 skipped` → counts.
 fn parse_counts(line: &str) -> Option<Counts> {
     let rest = line.trim().strip_prefix("integration: ")?;
@@ -220,6 +236,23 @@ mod tests {
 
     /// The nonce the captured logs were recorded with.
     const NONCE: &str = "capturednonce";
+
+    #[test]
+    fn failed_tests_are_named_with_their_reasons() {
+        let log = "[debian-6.18] test fentry_unknown_owners ... FAILED (12.3 s): the kernel shows 1907 waits\n\
+                   test a_host_test ... ok (1.0 s)\n\
+                   test serve_x ... FAILED (0.1 s): no scrape: refused\n";
+        assert_eq!(
+            failed_tests(log),
+            [
+                (
+                    "fentry_unknown_owners".to_owned(),
+                    "the kernel shows 1907 waits".to_owned()
+                ),
+                ("serve_x".to_owned(), "no scrape: refused".to_owned())
+            ]
+        );
+    }
 
     #[test]
     fn a_clean_run_passes_with_its_counts() {

@@ -4,6 +4,7 @@ mod bench;
 mod bootstrap;
 mod dist;
 mod installed;
+mod stress;
 mod vm;
 
 use std::{
@@ -89,6 +90,22 @@ enum Task {
     /// Run the integration tests inside each kernel of xtask/vm-kernels.txt
     /// under qemu (TCG), fetching kernels and qemu as needed.
     VmTest(VmArgs),
+    /// Run the host and VM integration tests ROUNDS times with a pipe herd
+    /// looping beside them, then list every test that failed at least once
+    /// (logs and the list under target/stress).
+    Stress {
+        /// How many times each layer runs.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Leave the VM layer out.
+        #[arg(long)]
+        no_vm: bool,
+        /// Run without the herd beside the tests.
+        #[arg(long)]
+        no_load: bool,
+        #[command(flatten)]
+        vm: VmArgs,
+    },
 }
 
 #[derive(clap::Args)]
@@ -189,6 +206,21 @@ fn task(task: Task) -> Result<()> {
             };
             bench::bench_overhead(&root, &pipelock, &tools, &bench)
         }
+        Task::Stress {
+            repeat,
+            no_vm,
+            no_load,
+            vm,
+        } => {
+            let tools = bootstrap::ensure(&root)?;
+            let stress = stress::Stress {
+                rounds: repeat,
+                no_vm,
+                no_load,
+                vm: vm.options(),
+            };
+            stress::stress(&root, &tools, &stress)
+        }
         Task::VmTest(args) => {
             let tools = bootstrap::ensure(&root)?;
             vm::vm_test(&root, &tools, &args.options()).map(drop)
@@ -262,55 +294,81 @@ fn build(root: &Path) -> Result<PathBuf> {
 }
 
 fn test(root: &Path, no_vm: bool) -> Result<()> {
-    let tools = bootstrap::ensure(root)?;
+    let mut layers = Layers::default();
+    let tools = layers.time("build", || {
+        let tools = bootstrap::ensure(root)?;
+        run(&mut cargo_static(root, &tools, BUILD)?)?;
+        Ok(tools)
+    })?;
     let tools = &tools;
-    run(&mut cargo_static(root, tools, BUILD)?)?;
     // The package a user installs, installed and used from its own paths.
-    bootstrap::ensure_debian_packages(&[
-        ("man-db", &|| bootstrap::which("man").is_some()),
-        ("systemd", &|| bootstrap::which("systemd-analyze").is_some()),
-    ])?;
-    let dist = dist::dist(root, &static_binary(root))?;
-    installed::check(&dist)?;
+    layers.time("package", || {
+        bootstrap::ensure_debian_packages(&[
+            ("man-db", &|| bootstrap::which("man").is_some()),
+            ("systemd", &|| bootstrap::which("systemd-analyze").is_some()),
+        ])?;
+        let dist = dist::dist(root, &static_binary(root))?;
+        installed::check(&dist)
+    })?;
     // Default members only: pipelock-ebpf builds for the BPF target, not the host.
-    run(&mut cargo_static(
-        root,
-        tools,
-        &["clippy", "--release", "--all-targets", "--", "-D", "warnings"],
-    )?)?;
-    run(&mut cargo_static(
-        root,
-        tools,
-        &["test", "--release", "--lib", "--bins"],
-    )?)?;
-    // perf: the independent cross-check; tmux: the real terminal of the top view's test.
-    // prometheus: the real scraper the exporter is tested against.
-    // chromium: the browser the pictures are opened and screenshotted in.
-    bootstrap::ensure_debian_packages(&[
-        ("linux-perf", &|| bootstrap::which("perf").is_some()),
-        ("tmux", &|| bootstrap::which("tmux").is_some()),
-        ("prometheus", &|| bootstrap::which("promtool").is_some()),
-        ("chromium", &|| bootstrap::which("chromium").is_some()),
-        // The exporter's TLS test makes its certificates and scrapes with
-        // curl; strace lists the system calls the unit's filter must allow.
-        ("openssl", &|| bootstrap::which("openssl").is_some()),
-        ("curl", &|| bootstrap::which("curl").is_some()),
-        ("strace", &|| bootstrap::which("strace").is_some()),
-    ])?;
-    // The eBPF object check, the CLI contract and the privileged host tests;
-    // prints `integration: N passed, N failed, N skipped`.
-    run(&mut cargo_static(root, tools, INTEGRATION)?)?;
+    layers.time("clippy", || {
+        run(&mut cargo_static(
+            root,
+            tools,
+            &["clippy", "--release", "--all-targets", "--", "-D", "warnings"],
+        )?)
+    })?;
+    layers.time("unit tests", || {
+        run(&mut cargo_static(
+            root,
+            tools,
+            &["test", "--release", "--lib", "--bins"],
+        )?)
+    })?;
+    layers.time("host integration", || {
+        // perf: the independent cross-check; tmux: the real terminal of the top view's test.
+        // prometheus: the real scraper the exporter is tested against.
+        // chromium: the browser the pictures are opened and screenshotted in.
+        bootstrap::ensure_debian_packages(&[
+            ("linux-perf", &|| bootstrap::which("perf").is_some()),
+            ("tmux", &|| bootstrap::which("tmux").is_some()),
+            ("prometheus", &|| bootstrap::which("promtool").is_some()),
+            ("chromium", &|| bootstrap::which("chromium").is_some()),
+            // The exporter's TLS test makes its certificates and scrapes with
+            // curl; strace lists the system calls the unit's filter must allow.
+            ("openssl", &|| bootstrap::which("openssl").is_some()),
+            ("curl", &|| bootstrap::which("curl").is_some()),
+            ("strace", &|| bootstrap::which("strace").is_some()),
+        ])?;
+        // The eBPF object check, the CLI contract and the privileged host tests;
+        // prints `integration: N passed, N failed, N skipped`.
+        run(&mut cargo_static(root, tools, INTEGRATION)?)
+    })?;
     if no_vm {
         println!("vm-test: 0 passed, 0 failed, 1 skipped (skipped: --no-vm)");
         println!(
             "xtask: a 60 s soak of `pipelock serve` instead of the 600 s one that runs beside the VM tests"
         );
-        return soak(root, tools, 60)?.finish();
+        return layers.time("soak", || soak(root, tools, 60)?.finish());
     }
-    // The exporter's soak and `pipelock ab`'s tests run beside the VM tests,
-    // which take longer than either. The soak's churn has more threads than
-    // the guests (one busy thread each), so it keeps its pace; ab's tests
-    // judge counts and exit codes, not time.
+    layers.time("VMs, soak and ab side by side", || vms_soak_and_ab(root, tools))?;
+    // `ab --source` after the guests, not beside them: a kernel build
+    // takes both CPUs, and the guests beside it ran past their limit.
+    layers.time("ab --source", || {
+        let source = vm::ensure_kernel_source(root)?;
+        run(
+            cargo_static(root, tools, &[INTEGRATION, &["--", "ab_source_"]].concat())?
+                .env("PIPELOCK_AB_SOURCE", source)
+                .env("PIPELOCK_AB_BUILD_CACHE", root.join("target/vm/kernel-builds")),
+        )
+    })
+}
+
+/// The VM tests, with the exporter's soak and `pipelock ab`'s tests beside
+/// them, which take less time than they do. The soak's churn has more
+/// threads than the guests (one busy thread each), so it keeps its pace;
+/// ab's tests judge counts and exit codes, not time.
+fn vms_soak_and_ab(root: &Path, tools: &bootstrap::Tools) -> Result<()> {
     let soak = soak(root, tools, SOAK_SECONDS)?;
     // `pipelock ab` between two of the VM tests' kernels, fetched first,
     // with qemu and busybox installed before either starts.
@@ -351,14 +409,38 @@ fn test(root: &Path, no_vm: bool) -> Result<()> {
     if !failed.is_empty() {
         bail!("{}", failed.join("; "));
     }
-    // `ab --source` after the guests, not beside them: a kernel build
-    // takes both CPUs, and the guests beside it ran past their limit.
-    let source = vm::ensure_kernel_source(root)?;
-    run(
-        cargo_static(root, tools, &[INTEGRATION, &["--", "ab_source_"]].concat())?
-            .env("PIPELOCK_AB_SOURCE", source)
-            .env("PIPELOCK_AB_BUILD_CACHE", root.join("target/vm/kernel-builds")),
-    )
+    Ok(())
+}
+
+/// How long each layer of `cargo xtask test` took: printed when the run
+/// ends, also when a layer failed, so a slow layer is seen in every CI log.
+#[derive(Default)]
+struct Layers(Vec<(&'static str, std::time::Duration)>);
+
+impl Layers {
+    fn time<T>(&mut self, layer: &'static str, run: impl FnOnce() -> Result<T>) -> Result<T> {
+        let started = std::time::Instant::now();
+        let result = run();
+        self.0.push((layer, started.elapsed()));
+        result
+    }
+}
+
+impl Drop for Layers {
+    fn drop(&mut self) {
+        let minutes = |d: std::time::Duration| format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60);
+        let each: Vec<String> = self
+            .0
+            .iter()
+            .map(|(layer, took)| format!("{layer} {}", minutes(*took)))
+            .collect();
+        let total = self.0.iter().map(|(_, took)| *took).sum();
+        println!(
+            "xtask: layer times: {}; total {}",
+            each.join(", "),
+            minutes(total)
+        );
+    }
 }
 
 /// A kernel's boot and tests take ~280 s under TCG on a quiet host and were

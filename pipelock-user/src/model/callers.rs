@@ -82,41 +82,93 @@ pub struct LockTotals {
     pub hold_ns: u64,
 }
 
-/// What a lock's caller rows could not see: the events left out of the
-/// sample. Any row may hold some of them, including a row none of whose
-/// records was sampled, so every row of a lock that left events out has a
-/// margin.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Unseen {
-    pub acquisitions: u64,
-    pub contentions: u64,
-    /// The root mean square wait and hold (ns) of the lock's sampled
-    /// records: the scale of a left-out event's share of a total.
-    pub wait_rms_ns: f64,
-    pub hold_rms_ns: f64,
+/// One of a lock's figures as its caller rows share it: `left` is what
+/// the rows did not record exactly (the lock's exact figure less the
+/// rows' unsampled records), `sampled` the sum of the same figure over
+/// the rows' sampled records. A row gets `left` in proportion to its part
+/// of `sampled`: a ratio estimator, which makes the rows add up to the
+/// lock's own figure, so that no row can claim more than its lock had.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Pool {
+    left: u64,
+    sampled: u64,
 }
 
-impl Unseen {
-    /// From a lock's totals and its caller parts: what the totals count
-    /// beyond what the parts recorded (a sampled record is one event
-    /// though it counts `sample` times).
+impl Pool {
+    fn share(&self, sampled: u64) -> f64 {
+        if self.sampled == 0 {
+            0.0
+        } else {
+            self.left as f64 * sampled as f64 / self.sampled as f64
+        }
+    }
+}
+
+/// What sampling left a lock's caller rows to estimate, figure by figure
+/// (see [`Pool`]), and the scale of one event's share of a total.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Remainder {
+    totals: LockTotals,
+    acquisitions: Pool,
+    contentions: Pool,
+    wait_ns: Pool,
+    hold_ns: Pool,
+    /// The root mean square wait and hold (ns) of the lock's sampled
+    /// records (or, where none was sampled, of its events).
+    wait_rms_ns: f64,
+    hold_rms_ns: f64,
+}
+
+/// A part's figures recorded exactly: its totals less what its sampled
+/// records counted (`sample` times each).
+fn exact_of(stats: &DetailStats, sample: u32) -> [u64; 4] {
+    let w = u64::from(sample.max(1));
+    let s = &stats.sampled;
+    [
+        stats.acquisitions.saturating_sub(w * s[sampling::RECORDS]),
+        stats.contentions.saturating_sub(w * s[sampling::CONTENDED]),
+        stats
+            .wait_ns
+            .saturating_sub(w.saturating_mul(s[sampling::WAIT_SUM])),
+        stats
+            .hold_ns
+            .saturating_sub(w.saturating_mul(s[sampling::HOLD_SUM])),
+    ]
+}
+
+/// A part's sampled records, per figure (records standing for
+/// acquisitions, contended ones, and their unweighted wait and hold).
+fn sampled_of(stats: &DetailStats) -> [u64; 4] {
+    let s = &stats.sampled;
+    [
+        s[sampling::RECORDS],
+        s[sampling::CONTENDED],
+        s[sampling::WAIT_SUM],
+        s[sampling::HOLD_SUM],
+    ]
+}
+
+impl Remainder {
+    /// From a lock's totals and its caller parts.
     pub fn of<'a>(
         totals: &LockTotals,
         parts: impl IntoIterator<Item = &'a DetailStats>,
         sample: u32,
         hooked: bool,
     ) -> Self {
-        let extra = u64::from(sample.max(1) - 1);
-        let (mut acquisitions, mut contentions, mut records) = (0u64, 0u64, 0u64);
+        let (mut exact, mut sampled) = ([0u64; 4], [0u64; 4]);
         let (mut wait_squares, mut hold_squares) = (0u64, 0u64);
         for part in parts {
-            let s = &part.sampled;
-            acquisitions += part.acquisitions.saturating_sub(extra * s[sampling::RECORDS]);
-            contentions += part.contentions.saturating_sub(extra * s[sampling::CONTENDED]);
-            records += s[sampling::RECORDS];
-            wait_squares = wait_squares.saturating_add(s[sampling::WAIT_SQUARES]);
-            hold_squares = hold_squares.saturating_add(s[sampling::HOLD_SQUARES]);
+            for (sum, x) in exact.iter_mut().zip(exact_of(part, sample)) {
+                *sum = sum.saturating_add(x);
+            }
+            for (sum, x) in sampled.iter_mut().zip(sampled_of(part)) {
+                *sum = sum.saturating_add(x);
+            }
+            wait_squares = wait_squares.saturating_add(part.sampled[sampling::WAIT_SQUARES]);
+            hold_squares = hold_squares.saturating_add(part.sampled[sampling::HOLD_SQUARES]);
         }
+        let records = sampled[0];
         let unit = f64::from(1u32 << sampling::SQUARE_SHIFT);
         // Without a sampled record, the lock's mean stands in; in
         // tracepoint mode a left-out wait is shorter than LONG_WAIT_NS.
@@ -137,68 +189,130 @@ impl Unseen {
                 0.0,
             )
         };
+        let pool = |total: u64, i: usize| Pool {
+            left: total.saturating_sub(exact[i]),
+            sampled: sampled[i],
+        };
         Self {
+            totals: *totals,
             acquisitions: if hooked {
-                totals.acquisitions.saturating_sub(acquisitions)
+                pool(totals.acquisitions, 0)
             } else {
-                0
+                Pool::default()
             },
-            contentions: totals.contentions.saturating_sub(contentions),
+            contentions: pool(totals.contentions, 1),
+            wait_ns: pool(totals.wait_ns, 2),
+            hold_ns: if hooked {
+                pool(totals.hold_ns, 3)
+            } else {
+                Pool::default()
+            },
             wait_rms_ns,
             hold_rms_ns,
         }
     }
+
+    /// Whether every event of the lock is in its rows as recorded.
+    fn is_exact(&self) -> bool {
+        self.acquisitions.left == 0 && self.contentions.left == 0
+    }
 }
 
-/// The upper end of the two-sided 95 % interval of a Poisson mean of
-/// which `n` were seen (Garwood's, by the Wilson–Hilferty approximation:
-/// 3.67 for n = 0 against the exact 3.69, closer from there on).
-fn poisson_upper(n: u64) -> f64 {
-    let m = n as f64 + 1.0;
-    m * (1.0 - 1.0 / (9.0 * m) + Z95 / (3.0 * m.sqrt())).powi(3)
+/// A caller part's figures as the report gives them: what it recorded
+/// exactly plus its share of what the lock's rows sampled, never more
+/// than the lock's own figure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Estimate {
+    pub acquisitions: u64,
+    pub contentions: u64,
+    pub wait_ns: u64,
+    pub hold_ns: u64,
+}
+
+impl Estimate {
+    pub fn of(stats: &DetailStats, sample: u32, rem: &Remainder) -> Self {
+        if sample <= 1 {
+            return Self {
+                acquisitions: stats.acquisitions,
+                contentions: stats.contentions,
+                wait_ns: stats.wait_ns,
+                hold_ns: stats.hold_ns,
+            };
+        }
+        let [a, c, wait, hold] = exact_of(stats, sample);
+        let [ra, rc, rw, rh] = sampled_of(stats);
+        let t = &rem.totals;
+        let est = |exact: u64, pool: &Pool, sampled: u64, total: u64| {
+            (exact + pool.share(sampled).round() as u64).min(total.max(exact))
+        };
+        Self {
+            acquisitions: est(a, &rem.acquisitions, ra, t.acquisitions),
+            contentions: est(c, &rem.contentions, rc, t.contentions),
+            wait_ns: est(wait, &rem.wait_ns, rw, t.wait_ns),
+            hold_ns: est(hold, &rem.hold_ns, rh, t.hold_ns),
+        }
+    }
+}
+
+/// The half-width of the two-sided 95 % interval of a share of which `n`
+/// of `of` sampled records were seen (Wilson's score interval: for n = 0
+/// its upper end is z²/(of + z²), where the plug-in variance would call
+/// the share exactly 0), as the larger of its two sides.
+fn share_margin(n: u64, of: u64) -> f64 {
+    if of == 0 {
+        return 1.0;
+    }
+    let (n, m) = (n as f64, of as f64);
+    let p = n / m;
+    let z2 = Z95 * Z95;
+    let centre = (p + z2 / (2.0 * m)) / (1.0 + z2 / m);
+    let half = Z95 / (1.0 + z2 / m) * (p * (1.0 - p) / m + z2 / (4.0 * m * m)).sqrt();
+    (p - (centre - half)).max(centre + half - p)
 }
 
 impl CallerMargin {
-    /// The margins of a part's estimates whose sampled records each stood
-    /// for `sample` of them (see `pipelock_common::sampling`). A row's n
-    /// sampled records are a Poisson count of its events in the sampling
-    /// phase over `sample`: its count's margin is `sample` times the
-    /// distance from n to the upper end of n's interval (≈ 1.96·√n·sample
-    /// for large n; 3.7·sample for n = 0, where the plug-in variance would
-    /// claim an exact row), and no wider than what the lock left out
-    /// allows. A total's margin is the count's times the root mean square
-    /// of the row's sampled figures, pooled with one record at the lock's
-    /// (the variance of a total of x is w(w−1)·Σx²). None when nothing
-    /// was sampled or left out.
-    pub fn of(stats: &DetailStats, sample: u32, hooked: bool, unseen: &Unseen) -> Option<Self> {
-        let records = stats.sampled[sampling::RECORDS];
-        if sample <= 1 || (records == 0 && unseen.contentions == 0 && unseen.acquisitions == 0) {
+    /// The margins of a part's estimates (see [`Estimate`]). Its records
+    /// are a random sample of what the lock left to estimate: its count's
+    /// margin is that count times the margin of the part's share of the
+    /// records (Wilson's interval); a row none of whose records was
+    /// sampled still has one, unless the lock left nothing to estimate.
+    /// A total's margin is the count's times the root mean square of the
+    /// row's sampled figures, pooled with one record at the lock's, and
+    /// never more than the lock left. None when nothing was left to estimate.
+    pub fn of(stats: &DetailStats, sample: u32, hooked: bool, rem: &Remainder) -> Option<Self> {
+        if sample <= 1 || rem.is_exact() {
             return None;
         }
-        let w = f64::from(sample);
-        let count = |n: u64, left: u64| {
-            // The estimate counts each of n records w times: the truth lies
-            // between n and n + left of those events.
-            let counted = (w - 1.0) * n as f64;
-            let bound = counted.max(left as f64 - counted);
-            (w * (poisson_upper(n) - n as f64)).min(bound)
-        };
+        let count = |n: u64, pool: &Pool| pool.left as f64 * share_margin(n, pool.sampled);
+        let records = stats.sampled[sampling::RECORDS];
         let unit = f64::from(1u32 << sampling::SQUARE_SHIFT);
         let rms = |squares: u64, lock_rms: f64| {
             ((squares as f64 * unit * unit + lock_rms * lock_rms) / (records as f64 + 1.0)).sqrt()
         };
-        let contentions = count(stats.sampled[sampling::CONTENDED], unseen.contentions);
-        let acquisitions = count(records, unseen.acquisitions);
+        let contentions = count(stats.sampled[sampling::CONTENDED], &rem.contentions);
+        let acquisitions = count(records, &rem.acquisitions);
         // Every record carries a wait: contended ones only in tracepoint
         // mode, every acquisition in the hooked modes.
         let wait_events = if hooked { acquisitions } else { contentions };
+        let total = |events: f64, squares: u64, lock_rms: f64, pool: &Pool| {
+            (events * rms(squares, lock_rms)).min(pool.left as f64).round() as u64
+        };
         Some(Self {
             acquisitions: hooked.then(|| acquisitions.round() as u64),
             contentions: contentions.round() as u64,
-            wait_total_ns: (wait_events * rms(stats.sampled[sampling::WAIT_SQUARES], unseen.wait_rms_ns))
-                .round() as u64,
+            wait_total_ns: total(
+                wait_events,
+                stats.sampled[sampling::WAIT_SQUARES],
+                rem.wait_rms_ns,
+                &rem.wait_ns,
+            ),
             hold_total_ns: hooked.then(|| {
-                (acquisitions * rms(stats.sampled[sampling::HOLD_SQUARES], unseen.hold_rms_ns)).round() as u64
+                total(
+                    acquisitions,
+                    stats.sampled[sampling::HOLD_SQUARES],
+                    rem.hold_rms_ns,
+                    &rem.hold_ns,
+                )
             }),
         })
     }
@@ -321,7 +435,7 @@ pub fn callers_of<'a>(
         .into_iter()
         .filter(|(key, _)| key.kind == detail::CALLER)
         .collect();
-    let unseen = Unseen::of(totals, parts.iter().map(|(_, s)| *s), stack_sample, hooked);
+    let remainder = Remainder::of(totals, parts.iter().map(|(_, s)| *s), stack_sample, hooked);
     let mut grouped: HashMap<Vec<String>, DetailStats> = HashMap::new();
     for (key, stats) in parts {
         let stack = match (key.id, stack_of(key.id)) {
@@ -333,15 +447,18 @@ pub fn callers_of<'a>(
     }
     let mut rows: Vec<CallerRow> = grouped
         .into_iter()
-        .map(|(stack, s)| CallerRow {
-            class,
-            stack,
-            acquisitions: hooked.then_some(s.acquisitions),
-            contentions: s.contentions,
-            wait_total_ns: s.wait_ns,
-            wait_max_ns: s.wait_max_ns,
-            hold_total_ns: hooked.then_some(s.hold_ns),
-            margin: CallerMargin::of(&s, stack_sample, hooked, &unseen),
+        .map(|(stack, s)| {
+            let estimate = Estimate::of(&s, stack_sample, &remainder);
+            CallerRow {
+                class,
+                stack,
+                acquisitions: hooked.then_some(estimate.acquisitions),
+                contentions: estimate.contentions,
+                wait_total_ns: estimate.wait_ns,
+                wait_max_ns: s.wait_max_ns,
+                hold_total_ns: hooked.then_some(estimate.hold_ns),
+                margin: CallerMargin::of(&s, stack_sample, hooked, &remainder),
+            }
         })
         .collect();
     sort_callers(&mut rows);

@@ -178,16 +178,30 @@ fn sampled_estimates_are_covered_by_their_margins() {
                 part.sampled[sampling::RECORDS] += 1;
                 part.sampled[sampling::CONTENDED] += 1;
                 part.sampled[sampling::WAIT_SQUARES] += sampling::square(wait);
+                part.sampled[sampling::WAIT_SUM] += wait;
             }
         }
         rare_unsampled += u32::from(parts[3].sampled[sampling::RECORDS] == 0);
-        let unseen = Unseen::of(&totals, &parts, w, false);
+        let remainder = Remainder::of(&totals, &parts, w, false);
+        let (mut counted, mut waited) = (0, 0);
         for (stack, part) in parts.iter().enumerate() {
-            let margin = CallerMargin::of(part, w, false, &unseen).expect("events were left out");
+            let estimate = Estimate::of(part, w, &remainder);
+            let margin = CallerMargin::of(part, w, false, &remainder).expect("events were left out");
             let [count, wait] = truth[stack];
-            covered[stack][0] += u32::from(part.contentions.abs_diff(count) <= margin.contentions);
-            covered[stack][1] += u32::from(part.wait_ns.abs_diff(wait) <= margin.wait_total_ns);
+            covered[stack][0] += u32::from(estimate.contentions.abs_diff(count) <= margin.contentions);
+            covered[stack][1] += u32::from(estimate.wait_ns.abs_diff(wait) <= margin.wait_total_ns);
+            counted += estimate.contentions;
+            waited += estimate.wait_ns;
         }
+        // The rows share out the lock's own figures (to rounding).
+        assert!(
+            counted.abs_diff(totals.contentions) <= STACKS as u64,
+            "{counted} of {totals:?}"
+        );
+        assert!(
+            waited.abs_diff(totals.wait_ns) <= STACKS as u64,
+            "{waited} of {totals:?}"
+        );
     }
     assert!(
         rare_unsampled > trials / 4,
@@ -218,21 +232,30 @@ fn a_row_with_no_sampled_record_is_exact_only_if_nothing_was_left_out() {
         wait_ns: 273_000,
         ..DetailStats::default()
     };
+    // Another row whose 100 sampled records stand for 3 200 events.
+    let other = DetailStats {
+        contentions: 3_200,
+        wait_ns: 3_200_000,
+        sampled: [100, 100, sampling::square(1000) * 100, 0, 100_000, 0],
+        ..DetailStats::default()
+    };
     let totals = |contentions| LockTotals {
         contentions,
         wait_ns: contentions * 1000,
         ..LockTotals::default()
     };
-    let nothing = Unseen::of(&totals(273), [&row], 32, false);
+    let nothing = Remainder::of(&totals(273), [&row], 32, false);
     assert_eq!(CallerMargin::of(&row, 32, false, &nothing), None);
-    let many = Unseen::of(&totals(10_273), [&row], 32, false);
+    let many = Remainder::of(&totals(10_273), [&row, &other], 32, false);
     let margin = CallerMargin::of(&row, 32, false, &many).expect("events were left out");
-    assert_eq!(margin.contentions, (32.0 * poisson_upper(0)).round() as u64);
-    assert_eq!(
-        margin.wait_total_ns,
-        (32.0 * poisson_upper(0) * 1000.0).round() as u64
-    );
-    let few = Unseen::of(&totals(283), [&row], 32, false);
+    // 10 000 left to estimate, none of 100 records this row's: Wilson's
+    // upper end, 3.84 / 103.84 of them.
+    let upper = 10_000.0 * Z95 * Z95 / (100.0 + Z95 * Z95);
+    assert_eq!(margin.contentions, upper.round() as u64);
+    assert_eq!(Estimate::of(&row, 32, &many).contentions, 273);
+    assert_eq!(Estimate::of(&other, 32, &many).contentions, 10_000);
+    // With no record sampled at all, what was left out bounds the margin.
+    let few = Remainder::of(&totals(283), [&row], 32, false);
     assert_eq!(
         CallerMargin::of(&row, 32, false, &few).map(|m| m.contentions),
         Some(10)
@@ -244,16 +267,66 @@ fn a_row_with_no_sampled_record_is_exact_only_if_nothing_was_left_out() {
     );
 }
 
+/// A lock contended once, whose one wait was sampled (after its CPU's
+/// exact unwinds of that second) and so counts 32 times in its row: the
+/// row must not claim more than the lock's one contention.
 #[test]
-fn poissons_upper_end_is_garwoods() {
-    // chi²(0.975; 2n+2)/2 for n = 0, 1, 10, 100.
-    for (n, exact) in [(0, 3.689), (1, 5.572), (10, 18.390), (100, 121.63)] {
-        let ours = poisson_upper(n);
-        assert!(
-            (ours / exact - 1.0).abs() < 0.01,
-            "n = {n}: {ours} against {exact}"
-        );
+fn a_caller_row_never_exceeds_its_locks_exact_count() {
+    let sampled = DetailStats {
+        contentions: 32,
+        wait_ns: 32 * 1_500,
+        wait_max_ns: 1_500,
+        sampled: [1, 1, sampling::square(1_500), 0, 1_500, 0],
+        ..DetailStats::default()
+    };
+    let key = DetailKey {
+        lock: LockKey {
+            lock: 0xff00,
+            owner: 1,
+        },
+        kind: detail::CALLER,
+        id: 7,
+    };
+    let stack_of = |_| Some(frames(&["mutex_lock+0x3a", "anon_pipe_read+0x332"]));
+    let totals = LockTotals {
+        contentions: 1,
+        wait_ns: 1_500,
+        ..LockTotals::default()
+    };
+    let rows = callers_of(None, [(&key, &sampled)], &stack_of, 1, false, 32, &totals);
+    assert_eq!(
+        (rows[0].contentions, rows[0].wait_total_ns),
+        (1, 1_500),
+        "{rows:?}"
+    );
+    let margin = rows[0].margin.expect("a sampled row is an estimate");
+    assert!(margin.contentions <= 1, "{margin:?}");
+    // Hooked modes: acquisitions and holds are shared out the same way.
+    let hooked = DetailStats {
+        acquisitions: 32 + 5,
+        hold_ns: 32 * 400 + 5 * 100,
+        sampled: [1, 1, sampling::square(1_500), sampling::square(400), 1_500, 400],
+        ..sampled
+    };
+    let totals = LockTotals {
+        acquisitions: 7,
+        hold_ns: 500 + 2 * 450,
+        ..totals
+    };
+    let rows = callers_of(None, [(&key, &hooked)], &stack_of, 1, true, 32, &totals);
+    assert_eq!(rows[0].acquisitions, Some(7));
+    assert_eq!(rows[0].hold_total_ns, Some(1_400));
+}
+
+#[test]
+fn the_share_margin_is_wilsons() {
+    // Wilson 95 % intervals: 0 of 10 → [0, 0.2775]; 5 of 10 → [0.2366,
+    // 0.7634]; 10 of 10 → [0.7225, 1].
+    for (n, of, half) in [(0, 10, 0.2775), (5, 10, 0.2634), (10, 10, 0.2775)] {
+        let ours = share_margin(n, of);
+        assert!((ours - half).abs() < 5e-4, "{n} of {of}: {ours} against {half}");
     }
+    assert_eq!(share_margin(0, 0), 1.0, "no record: anything is possible");
 }
 
 #[test]

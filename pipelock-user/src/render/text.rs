@@ -1,7 +1,7 @@
 //! The report as text: perf-lock-style tables, times scaled ns/us/ms/s.
 use super::header;
 use crate::{
-    model::{ByKey, LockRow, MapFill, TraceReport, class_label},
+    model::{ByKey, LockRow, MapFill, ProgramStats, TraceReport, class_label},
     units::{human_mib, human_ns},
 };
 
@@ -29,6 +29,9 @@ pub fn render(report: &TraceReport, top: usize, verbose: bool) -> String {
     }
     if verbose && !report.maps.is_empty() {
         out.push_str(&maps_table(&report.maps));
+    }
+    if verbose && !report.programs.is_empty() {
+        out.push_str(&programs_table(&report.programs));
     }
     out.push('\n');
     match report.by {
@@ -206,6 +209,34 @@ fn maps_table(maps: &[MapFill]) -> String {
     format!("kernel maps at the last drain:\n{table}\n")
 }
 
+/// `--verbose`: every program, how often it ran and how often the kernel
+/// skipped it (each skipped run can lose an event), busiest first.
+fn programs_table(programs: &[ProgramStats]) -> String {
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING).set_header([
+        "program",
+        "runs",
+        "skipped by the kernel",
+        "ns/run",
+    ]);
+    let mut programs: Vec<&ProgramStats> = programs.iter().collect();
+    programs.sort_by_key(|p| std::cmp::Reverse((p.recursion_misses, p.run_count)));
+    for p in programs {
+        let per_run = p.ns_per_run();
+        table.add_row([
+            p.name.clone(),
+            p.run_count.to_string(),
+            p.recursion_misses.to_string(),
+            if per_run.is_finite() {
+                format!("{per_run:.0}")
+            } else {
+                na()
+            },
+        ]);
+    }
+    format!("pipelock's programs (runs counted while the kernel's BPF statistics are on):\n{table}\n")
+}
+
 fn abbreviate(items: &[String], keep: usize) -> String {
     if items.len() <= keep {
         items.join(" ")
@@ -344,6 +375,40 @@ mod tests {
             "{verbose}"
         );
         assert!(verbose.contains("not counted"), "{verbose}");
+        assert!(
+            !verbose.contains("pipelock's programs"),
+            "no program counted: no table"
+        );
+        report.programs = vec![
+            ProgramStats {
+                name: "pipe_read_exit".into(),
+                run_count: 29_222,
+                run_time_ns: 2_922_200,
+                recursion_misses: 0,
+            },
+            ProgramStats {
+                name: "mutex_lock_entry".into(),
+                run_count: 49_095,
+                run_time_ns: 9_819_000,
+                recursion_misses: 1784,
+            },
+        ];
+        let verbose = render(&report, 20, true);
+        let rows: Vec<Vec<&str>> = verbose
+            .lines()
+            .skip_while(|l| !l.starts_with("pipelock's programs"))
+            .skip(2)
+            .take(2)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ["mutex_lock_entry", "49095", "1784", "200"],
+                ["pipe_read_exit", "29222", "0", "100"]
+            ],
+            "{verbose}"
+        );
         report.maps[0].used = Some(4000);
         assert!(
             render(&report, 20, false).contains("warning: map LOCK_STATS_A held 4000 of 4096 entries"),

@@ -310,6 +310,10 @@ fn ab_source_missing_tools_and_space_are_named() -> Result<Outcome> {
             let _ = std::os::unix::fs::symlink(found, bin.join(tool));
         }
     }
+    // An empty cache of its own: kernels already built (by another test,
+    // or an earlier run into the default cache) need no tool.
+    let empty = scratch("ab-empty-cache");
+    let _ = fs::remove_dir_all(&empty);
     let out = run(pipelock()
         .args([
             "ab",
@@ -317,11 +321,15 @@ fn ab_source_missing_tools_and_space_are_named() -> Result<Outcome> {
             &source,
             "--patch",
             &patch,
+            "--build-cache",
+            empty.to_str().context("path")?,
             "--",
             "run",
             "pipe-throughput",
         ])
         .env("PATH", &bin))?;
+    ensure!(cached(&empty).is_empty(), "the cache got {:?}", cached(&empty));
+    let _ = fs::remove_dir_all(&empty);
     let line = ab::error_line(&text(&out.stderr)).to_owned();
     ensure!(
         out.status.code() == Some(1) && line.contains("apt-get install dwarves"),

@@ -116,7 +116,7 @@ fn hooks_count_nonblocking_pipe_io(mode: &str) -> Result<Outcome> {
         .into_iter()
         .find(|r| r["class"] == "pipe-mutex")
         .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {report}"))?;
-    let count = exact_mutex_count(&report, mutex, 2 * N).context("RWF_NOWAIT")?;
+    let count = skips::exact_mutex_count(&report, mutex, 2 * N).context("RWF_NOWAIT")?;
     println!("  pipe:[{ino}]: {count} acquisitions for {N} RWF_NOWAIT writes + reads");
     Ok(Outcome::Passed)
 }
@@ -169,7 +169,7 @@ fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
         .iter()
         .find(|r| r["class"] == "pipe-mutex")
         .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {report}"))?;
-    let count = exact_mutex_count(&report, mutex, 2 * N)?;
+    let count = skips::exact_mutex_count(&report, mutex, 2 * N)?;
     ensure!(
         mutex["contentions"] == 0,
         "one thread contended with itself: {}",
@@ -184,10 +184,10 @@ fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
         .iter()
         .find(|r| r["class"] == "pipe-rd-wait")
         .context("no pipe-rd-wait row")?;
-    let spin_skipped = skipped_runs(&report, |p| p.contains("spin_"));
+    let spin_skips = skips::Skips::on(&report, skips::CountedPath::Spinlock);
     ensure!(
-        rd["acquisitions"].as_u64().unwrap_or(0) + spin_skipped >= N,
-        "rd_wait.lock acquired {} times, want ≥ {N} ({spin_skipped} runs skipped on the spinlocks' path)",
+        rd["acquisitions"].as_u64().context("no acquisitions")? + spin_skips.total() >= N,
+        "rd_wait.lock acquired {} times, want ≥ {N} (runs skipped on the spinlocks' path: {spin_skips})",
         rd["acquisitions"]
     );
     for row in [mutex, rd] {
@@ -264,15 +264,13 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
     // 6.18's lazy preemption a fentry program preempted mid-run makes its CPU
     // skip it until it resumes), each of which can lose an acquisition whose
     // owner row was kept.
-    let skipped_where = |on_path: fn(&str) -> bool| skipped_runs(&report, on_path);
     let mut owners_line = String::new();
-    for (row, skipped) in [
-        (mutex, skipped_where(|p| !p.contains("spin_"))),
-        (
-            rd,
-            skipped_where(|p| p.contains("spin_") || p.contains("contention")),
-        ),
+    for (row, path) in [
+        (mutex, skips::CountedPath::Mutex),
+        (rd, skips::CountedPath::Spinlock),
     ] {
+        let skips = skips::Skips::on(&report, path);
+        let skipped = skips.total();
         let contended = row["contentions"].as_u64().unwrap_or(0);
         let owned: u64 = row["owners"]
             .as_array()
@@ -283,7 +281,7 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
         ensure!(
             owned.abs_diff(contended) <= skipped,
             "{} contended acquisitions of {} but {owned} waits among its owners \
-             ({skipped} runs skipped on its path): {}",
+             (runs skipped on its path: {skips}): {}",
             contended,
             row["class"],
             row["owners"]
@@ -297,7 +295,7 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
             format!("; {} owners cover its {contended} waits", row["class"])
         } else {
             format!(
-                "; {} owners cover {owned} of its {contended} waits ({skipped} runs skipped on its path)",
+                "; {} owners cover {owned} of its {contended} waits (runs skipped on its path: {skips})",
                 row["class"]
             )
         });

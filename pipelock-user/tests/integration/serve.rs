@@ -292,14 +292,13 @@ fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outcome> {
 }
 register!(Kernel serve_exports_what_a_trace_of_the_same_herd_sees);
 
-/// Recursion misses of the programs a pipe-mutex contention goes through
-/// (all but the spinlock ones): the exporter's during the trace, the trace's.
+/// Recursion misses of the programs a pipe-mutex contention goes through: the exporter's during the trace, the trace's.
 fn mutex_path_misses(
     before: &BTreeMap<String, f64>,
     after: &BTreeMap<String, f64>,
     report: &serde_json::Value,
 ) -> (f64, f64) {
-    let on_path = |program: &str| !program.contains("spin_");
+    let on_path = |program: &str| skips::CountedPath::Mutex.has(program);
     let prefix = "pipelock_bpf_recursion_misses_total{program=\"";
     let served = after
         .iter()
@@ -308,7 +307,7 @@ fn mutex_path_misses(
             on_path(program).then(|| value - before.get(key).copied().unwrap_or(0.0))
         })
         .sum();
-    let traced = skipped_runs(report, on_path) as f64;
+    let traced = skips::Skips::on(report, skips::CountedPath::Mutex).total() as f64;
     (served, traced)
 }
 

@@ -234,7 +234,7 @@ fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
         (a, 4 * N, "splice in + tee + vmsplice + read"),
         (b, 2 * N, "tee + splice out"),
     ] {
-        let count = exact_mutex_count(&report, mutex_row(&report, ino)?, want)
+        let count = skips::exact_mutex_count(&report, mutex_row(&report, ino)?, want)
             .with_context(|| format!("pipe:[{ino}] ({calls}, {N} each)"))?;
         println!("  pipe:[{ino}]: {count} acquisitions for {N} × ({calls})");
     }
@@ -277,7 +277,7 @@ fn hooks_count_io_uring_pipe_reads(mode: &str) -> Result<Outcome> {
         &["--uring-pipe-io", &N.to_string()],
     )?;
     let ino: u64 = facts.trim().parse()?;
-    let count = exact_mutex_count(&report, mutex_row(&report, ino)?, 2 * N)
+    let count = skips::exact_mutex_count(&report, mutex_row(&report, ino)?, 2 * N)
         .with_context(|| format!("io_uring, N writes + N reads, -c {comm}"))?;
     println!(
         "  pipe:[{ino}]: {count} acquisitions for {N} writes + {N} io_uring reads (half on io-wq workers), -c {comm}"

@@ -54,11 +54,7 @@ pub struct Boot {
 pub fn vm_test(root: &Path, tools: &crate::bootstrap::Tools, options: &Options) -> Result<Counts> {
     let mut total = Counts::default();
     let mut failures = Vec::new();
-    let guest = std::iter::once("/integration".to_owned())
-        .chain(options.tests.iter().cloned())
-        .collect::<Vec<_>>()
-        .join(" ");
-    for boot in boot_each(root, tools, options, &guest)? {
+    for boot in boot_each(root, tools, options, &guest_command(options))? {
         let judgement = guest_log::judge(
             &boot.log,
             &boot.nonce,
@@ -93,6 +89,15 @@ pub fn vm_test(root: &Path, tools: &crate::bootstrap::Tools, options: &Options) 
         bail!("vm-test failed on {}", failures.join("; "));
     }
     Ok(total)
+}
+
+/// What a guest runs: the integration tests, those of `options.tests` only
+/// if any are named.
+pub fn guest_command(options: &Options) -> String {
+    std::iter::once("/integration".to_owned())
+        .chain(options.tests.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Boots each selected kernel with `guest` as the command its /init runs
