@@ -42,6 +42,12 @@ pub mod task_filter {
 /// kernel without the kfunc, turns the call into `r0 = 0`).
 pub const RDONLY_CAST_MARK: u32 = 0x7a11_ca57;
 
+/// The same for `bpf_preempt_disable` and `bpf_preempt_enable` (6.10+),
+/// which a fentry/fexit program's body runs between; on a kernel without
+/// them both calls become `r0 = 0`.
+pub const PREEMPT_DISABLE_MARK: u32 = 0x7a11_ca58;
+pub const PREEMPT_ENABLE_MARK: u32 = 0x7a11_ca59;
+
 /// Name of the global holding the [`TraceConfig`] (set by userspace at load).
 pub const TRACE_CONFIG_GLOBAL: &str = "TRACE_CONFIG";
 
@@ -144,9 +150,10 @@ pub struct TraceConfig {
     /// Non-zero: only tasks whose comm is `filter_comm` (NUL-padded).
     pub filter_comm_set: u32,
     pub filter_comm: [u8; 16],
-    /// Non-zero: the kernel preempts no kernel code (`none` or `voluntary`
-    /// preemption), so a fentry program runs to its end once started and
-    /// a mutex release may update this CPU's local table with plain adds.
+    /// Non-zero: a fentry program's body runs to its end once started (the
+    /// kernel preempts no kernel code, `none` or `voluntary` preemption, or
+    /// the body runs between `bpf_preempt_disable` and `_enable`), so a
+    /// mutex release may update this CPU's local table with plain adds.
     pub runs_unpreempted: u32,
     /// BTF type ids of `struct file`, `inode`, `mutex` and `task_struct` in
     /// the kernel's BTF, for `bpf_rdonly_cast`: a kernel address cast to

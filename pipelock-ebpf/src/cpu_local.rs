@@ -14,7 +14,8 @@
 //!   and releases: a spinlock's runs with interrupts off; a
 //!   mutex's runs with preemption off as a kprobe, but a fentry program
 //!   only has migration disabled, so a mutex release uses the local table only
-//!   where the kernel preempts no kernel code (`runs_unpreempted`).
+//!   where its body cannot be preempted (`runs_unpreempted`: the kernel
+//!   preempts no kernel code, or has the kfuncs of `crate::preempt`).
 //!   Interrupts nest no release of a pipe lock: no interrupt takes a pipe's
 //!   mutex or wait-queue locks.
 use aya_ebpf::{macros::map, maps::PerCpuArray};

@@ -10,8 +10,8 @@
     internal_features,
     reason = "core_intrinsics, for atomic adds on the BPF target"
 )]
-// `asm!` on BPF: the one kfunc call (`btf_ptr::BtfPtr::cast`) is written as
-// raw instruction bytes.
+// `asm!` on BPF: the kfunc calls (`btf_ptr::BtfPtr::cast`, `preempt`) are
+// written as raw instruction bytes.
 #![feature(asm_experimental_arch)]
 
 mod btf_ptr;
@@ -23,6 +23,7 @@ mod files;
 mod filter;
 mod kernel_memory;
 mod maps;
+mod preempt;
 mod probes;
 mod recognise;
 mod recorded;

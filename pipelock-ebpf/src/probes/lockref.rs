@@ -21,6 +21,7 @@ use crate::{
     filter::wanted,
     kernel_memory::read,
     maps::{LOCK_INFO, TASK_LOCKREF, config, stats_of},
+    preempt::unpreempted,
     recorded::note_user,
 };
 
@@ -184,43 +185,57 @@ fn enter_legitimize(path: u64) {
 
 #[fentry]
 pub fn lockref_get_entry(ctx: FEntryContext) -> i32 {
-    enter_legitimize(ctx.arg(0));
+    unpreempted(|| {
+        enter_legitimize(ctx.arg(0));
+    });
     0
 }
 
 #[fexit]
 pub fn lockref_get_exit(_ctx: FExitContext) -> i32 {
-    leave();
+    unpreempted(|| {
+        leave();
+    });
     0
 }
 
 #[fentry]
 pub fn lockref_put_entry(ctx: FEntryContext) -> i32 {
-    enter(ctx.arg(0));
+    unpreempted(|| {
+        enter(ctx.arg(0));
+    });
     0
 }
 
 #[fexit]
 pub fn lockref_put_exit(_ctx: FExitContext) -> i32 {
-    leave();
+    unpreempted(|| {
+        leave();
+    });
     0
 }
 
 #[fentry]
 pub fn dentry_spin_lock_entry(ctx: FEntryContext) -> i32 {
-    spin_call(ctx.arg(0));
+    unpreempted(|| {
+        spin_call(ctx.arg(0));
+    });
     0
 }
 
 #[fexit]
 pub fn dentry_spin_lock_exit(_ctx: FExitContext) -> i32 {
-    spin_acquired();
+    unpreempted(|| {
+        spin_acquired();
+    });
     0
 }
 
 #[fentry]
 pub fn dentry_spin_unlock_entry(ctx: FEntryContext) -> i32 {
-    spin_released(ctx.arg(0));
+    unpreempted(|| {
+        spin_released(ctx.arg(0));
+    });
     0
 }
 

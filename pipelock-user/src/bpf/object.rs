@@ -1,6 +1,8 @@
 //! The embedded eBPF object, and loading it.
 use aya::{Ebpf, EbpfLoader, programs::ProgramError};
-use pipelock_common::{RDONLY_CAST_MARK, TRACE_CONFIG_GLOBAL, TraceConfig};
+use pipelock_common::{
+    PREEMPT_DISABLE_MARK, PREEMPT_ENABLE_MARK, RDONLY_CAST_MARK, TRACE_CONFIG_GLOBAL, TraceConfig,
+};
 
 use super::log::LogReader;
 use crate::Error;
@@ -15,16 +17,40 @@ const fn kfunc_call(imm: u32) -> u64 {
     (imm as u64) << 32 | 0x2085
 }
 
-/// A `bpf_rdonly_cast` call as compiled.
-const MARKED_CALL: u64 = kfunc_call(RDONLY_CAST_MARK);
+/// A marked kfunc call as compiled.
+const fn marked(mark: u32) -> u64 {
+    kfunc_call(mark)
+}
 /// What a marked call becomes on a kernel without the kfunc: `r0 = 0`
-/// (code 0xb7, mov64 immediate), the "not cast" the programs fall back on.
-const NO_CAST: u64 = 0xb7;
+/// (code 0xb7, mov64 immediate): the "not cast" the programs fall back on
+/// for `bpf_rdonly_cast`, nothing at all for the preemption kfuncs.
+const NO_CALL: u64 = 0xb7;
 
-/// The object as one kernel loads it: every `bpf_rdonly_cast` call given
-/// the kfunc's BTF id there (`rdonly_cast`), or made `r0 = 0` where the
-/// kernel has none. Held in words: aya parses the ELF in place and wants
-/// it 8-byte aligned, as `include_bytes_aligned!` gives it.
+/// The BTF ids of the kfuncs the programs call, on one kernel (None: it
+/// has no such kfunc).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Kfuncs {
+    pub rdonly_cast: Option<u32>,
+    /// `bpf_preempt_disable` and `bpf_preempt_enable`, both or neither.
+    pub preempt: Option<(u32, u32)>,
+}
+
+impl Kfuncs {
+    /// Each mark and what to write over it.
+    fn rewrites(&self) -> [(u64, u64); 3] {
+        let call = |id: Option<u32>| id.map_or(NO_CALL, kfunc_call);
+        [
+            (marked(RDONLY_CAST_MARK), call(self.rdonly_cast)),
+            (marked(PREEMPT_DISABLE_MARK), call(self.preempt.map(|p| p.0))),
+            (marked(PREEMPT_ENABLE_MARK), call(self.preempt.map(|p| p.1))),
+        ]
+    }
+}
+
+/// The object as one kernel loads it: every marked kfunc call given the
+/// kfunc's BTF id there, or made `r0 = 0` where the kernel has none. Held
+/// in words: aya parses the ELF in place and wants it 8-byte aligned, as
+/// `include_bytes_aligned!` gives it.
 pub struct KernelObject {
     words: Vec<u64>,
     len: usize,
@@ -33,7 +59,7 @@ pub struct KernelObject {
 }
 
 impl KernelObject {
-    pub fn new(object: &[u8], rdonly_cast: Option<u32>) -> Self {
+    pub fn new(object: &[u8], kfuncs: &Kfuncs) -> Self {
         let mut patched = Self {
             words: vec![0; object.len().div_ceil(8)],
             len: object.len(),
@@ -41,13 +67,15 @@ impl KernelObject {
         };
         let bytes = patched.bytes_mut();
         bytes.copy_from_slice(object);
-        let call = rdonly_cast.map_or(NO_CAST, kfunc_call).to_le_bytes();
+        let rewrites = kfuncs
+            .rewrites()
+            .map(|(mark, call)| (mark.to_le_bytes(), call.to_le_bytes()));
         // BPF code sections are 8-byte aligned in the ELF, so every
         // instruction starts a word.
         let mut calls = 0;
         for word in bytes.chunks_exact_mut(8) {
-            if *word == MARKED_CALL.to_le_bytes() {
-                word.copy_from_slice(&call);
+            if let Some((_, call)) = rewrites.iter().find(|(mark, _)| word == mark) {
+                word.copy_from_slice(call);
                 calls += 1;
             }
         }
@@ -82,7 +110,7 @@ pub fn load(config: Option<&TraceConfig>, log: bool) -> Result<(Ebpf, Option<Log
         loader.override_global(TRACE_CONFIG_GLOBAL, config, true);
     }
     // Without the kernel's BTF at hand the programs read with probe reads.
-    let object = KernelObject::new(OBJECT, None);
+    let object = KernelObject::new(OBJECT, &Kfuncs::default());
     let mut ebpf = loader
         .load(object.bytes())
         .map_err(|source| Error::Load { source })?;
@@ -115,43 +143,77 @@ mod tests {
             .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
     }
 
+    const MARKED_CALL: u64 = marked(RDONLY_CAST_MARK);
+
     /// Every marked call becomes the kfunc's id, or `r0 = 0`, and nothing
     /// else of the object changes.
     #[test]
     fn marked_calls_are_rewritten_and_nothing_else() {
-        let mut object = vec![0u8; 64];
+        let mut object = vec![0u8; 72];
         object[..8].copy_from_slice(&MARKED_CALL.to_le_bytes());
         object[24..32].copy_from_slice(&MARKED_CALL.to_le_bytes());
         // Not at an instruction boundary: left alone.
         object[36..44].copy_from_slice(&MARKED_CALL.to_le_bytes());
-        object[56..].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
-        let patched = KernelObject::new(&object[..63], Some(0x1234));
-        assert_eq!(patched.calls, 2);
-        assert_eq!(patched.bytes().len(), 63);
+        object[48..56].copy_from_slice(&marked(PREEMPT_DISABLE_MARK).to_le_bytes());
+        object[56..64].copy_from_slice(&marked(PREEMPT_ENABLE_MARK).to_le_bytes());
+        object[64..].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let kfuncs = Kfuncs {
+            rdonly_cast: Some(0x1234),
+            preempt: Some((0x55, 0x66)),
+        };
+        let patched = KernelObject::new(&object[..71], &kfuncs);
+        assert_eq!(patched.calls, 4);
+        assert_eq!(patched.bytes().len(), 71);
         let got: Vec<u64> = words(&patched).collect();
         assert_eq!(got[0], 0x1234_0000_2085);
         assert_eq!(got[3], 0x1234_0000_2085);
+        assert_eq!((got[6], got[7]), (0x55_0000_2085, 0x66_0000_2085));
         assert_eq!(&patched.bytes()[8..24], &object[8..24]);
-        assert_eq!(&patched.bytes()[32..63], &object[32..63]);
-        let none = KernelObject::new(&object, None);
-        assert_eq!((none.calls, words(&none).next()), (2, Some(NO_CAST)));
+        assert_eq!(&patched.bytes()[32..48], &object[32..48]);
+        assert_eq!(&patched.bytes()[64..71], &object[64..71]);
+        let none = KernelObject::new(&object, &Kfuncs::default());
+        let got: Vec<u64> = words(&none).collect();
+        assert_eq!(none.calls, 4);
+        assert_eq!((got[0], got[6], got[7]), (NO_CALL, NO_CALL, NO_CALL));
     }
 
-    /// The real object calls the kfunc (the fd walk and the owner read),
-    /// and after rewriting no mark is left for the verifier to refuse.
+    /// The real object calls the kfuncs (the fd walk, the owner read, and
+    /// around every fentry/fexit program's body), and after rewriting no
+    /// mark is left for the verifier to refuse.
     #[test]
-    fn the_object_calls_rdonly_cast_only_through_marks() {
+    fn the_object_calls_kfuncs_only_through_marks() {
         if OBJECT.is_empty() {
             eprintln!("skipped: no eBPF object in this build (PIPELOCK_EBPF_STUB)");
             return;
         }
-        let marks = OBJECT
-            .windows(8)
-            .filter(|w| u64::from_le_bytes((*w).try_into().unwrap()) == MARKED_CALL)
-            .count();
-        let patched = KernelObject::new(OBJECT, Some(77));
-        assert!(patched.calls > 0);
-        assert_eq!(patched.calls, marks, "a mark off an instruction boundary");
-        assert_eq!(words(&patched).filter(|&w| w == MARKED_CALL).count(), 0);
+        let kfuncs = Kfuncs {
+            rdonly_cast: Some(77),
+            preempt: Some((78, 79)),
+        };
+        let count = |mark: u64| {
+            OBJECT
+                .windows(8)
+                .filter(|w| u64::from_le_bytes((*w).try_into().unwrap()) == mark)
+                .count()
+        };
+        let (casts, disables, enables) = (
+            count(MARKED_CALL),
+            count(marked(PREEMPT_DISABLE_MARK)),
+            count(marked(PREEMPT_ENABLE_MARK)),
+        );
+        assert!(
+            casts > 0 && disables > 0,
+            "{casts} casts, {disables} preemption calls"
+        );
+        assert!(enables >= disables, "{disables} disables but {enables} enables");
+        let patched = KernelObject::new(OBJECT, &kfuncs);
+        assert_eq!(
+            patched.calls,
+            casts + disables + enables,
+            "a mark off an instruction boundary"
+        );
+        for (mark, _) in kfuncs.rewrites() {
+            assert_eq!(words(&patched).filter(|&w| w == mark).count(), 0);
+        }
     }
 }

@@ -80,6 +80,9 @@ pub struct Tracer {
     /// The kernel's preemption model, where debugfs says: whether fentry
     /// programs can be preempted mid-run.
     preemption: Option<String>,
+    /// The kernel has `bpf_preempt_disable`: fentry/fexit programs run
+    /// their bodies with preemption off whatever the model.
+    preempt_kfuncs: bool,
     /// kprobe mode: the return probes made in tracefs (removed on drop).
     kprobes: bpf::attach::Kprobes,
 }
@@ -131,9 +134,15 @@ impl Tracer {
         let btf = inspector.btf()?;
         let mut config = bpf::config::trace_config(&btf, filters)?;
         let preemption = inspector.preemption();
-        config.runs_unpreempted = u32::from(crate::model::notes::runs_unpreempted(preemption.as_deref()));
+        let kfuncs = bpf::object::Kfuncs {
+            rdonly_cast: btf.rdonly_cast_id(),
+            preempt: btf.preempt_ids(),
+        };
+        let preempt_kfuncs = kfuncs.preempt.is_some();
+        config.runs_unpreempted =
+            u32::from(preempt_kfuncs || crate::model::notes::runs_unpreempted(preemption.as_deref()));
         let sizes = MapSizes::with_stacks(filters.max_locks, filters.stack_map_size)?;
-        let object = bpf::object::KernelObject::new(bpf::object::OBJECT, btf.rdonly_cast_id());
+        let object = bpf::object::KernelObject::new(bpf::object::OBJECT, &kfuncs);
         // Each object gets its log reader: it holds the log map's
         // descriptor, which the object's programs need until they are loaded.
         let load = || {
@@ -258,6 +267,7 @@ impl Tracer {
             stack_sample: config.stack_sample,
             view: ReportView::default(),
             preemption,
+            preempt_kfuncs,
             kprobes,
         })
     }
@@ -376,7 +386,7 @@ impl Tracer {
                 .cloned()
                 .chain(crate::model::notes::skipped_runs(
                     &programs,
-                    self.attached.mode == AttachMode::Fentry,
+                    self.attached.mode == AttachMode::Fentry && !self.preempt_kfuncs,
                     self.preemption.as_deref(),
                 ))
                 .collect(),

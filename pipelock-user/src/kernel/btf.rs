@@ -41,6 +41,16 @@ impl KernelBtf {
         self.function_id("bpf_rdonly_cast")
     }
 
+    /// The BTF ids of `bpf_preempt_disable` and `bpf_preempt_enable`
+    /// (6.10+), between which fentry/fexit programs run their bodies
+    /// (`preempt` in the eBPF crate); None: they run preemptible.
+    pub fn preempt_ids(&self) -> Option<(u32, u32)> {
+        Some((
+            self.function_id("bpf_preempt_disable")?,
+            self.function_id("bpf_preempt_enable")?,
+        ))
+    }
+
     /// The BTF id of function `name` (a kfunc is called by it), if BTF
     /// describes one.
     pub fn function_id(&self, name: &str) -> Option<u32> {

@@ -250,11 +250,12 @@ fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
     ensure!(
         kernel.waits > 0 && kernel.waits.abs_diff(contended) <= skipped,
         "the kernel shows {} mutex waits at {lock:#x} in read/write ({} in other syscalls), pipelock {contended} \
-         (runs skipped on the mutex's path: {skips}; all programs: {}); \
+         (runs skipped on the mutex's path: {skips}; all programs: {}; dropped events: {}); \
          the trace's first lines:\n{}",
         kernel.waits,
         kernel.elsewhere,
         every_skip(&report),
+        report["drops"],
         trace.lines().take(20).collect::<Vec<_>>().join("\n")
     );
     // A share of a handful of waits says nothing (Debian's 6.12 under TCG

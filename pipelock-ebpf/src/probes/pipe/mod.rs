@@ -36,83 +36,109 @@ use self::{
         released,
     },
 };
-use crate::maps::config;
+use crate::{maps::config, preempt::unpreempted};
 
 #[fentry]
 pub fn pipe_read_entry(ctx: FEntryContext) -> i32 {
-    enter_pipe_call(ctx.arg(0));
+    unpreempted(|| {
+        enter_pipe_call(ctx.arg(0));
+    });
     0
 }
 
 #[fexit]
 pub fn pipe_read_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    unpreempted(|| {
+        leave_pipe_call();
+    });
     0
 }
 
 #[fentry]
 pub fn pipe_write_entry(ctx: FEntryContext) -> i32 {
-    enter_pipe_call(ctx.arg(0));
+    unpreempted(|| {
+        enter_pipe_call(ctx.arg(0));
+    });
     0
 }
 
 #[fexit]
 pub fn pipe_write_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    unpreempted(|| {
+        leave_pipe_call();
+    });
     0
 }
 
 #[fentry]
 pub fn mutex_lock_entry(ctx: FEntryContext) -> i32 {
-    mutex_lock_call(&ctx, ctx.arg(0));
+    unpreempted(|| {
+        mutex_lock_call(&ctx, ctx.arg(0));
+    });
     0
 }
 
 #[fentry]
 pub fn mutex_unlock_entry(ctx: FEntryContext) -> i32 {
-    released(ctx.arg(0));
+    unpreempted(|| {
+        released(ctx.arg(0));
+    });
     0
 }
 
 #[fentry]
 pub fn pipe_free_entry(_ctx: FEntryContext) -> i32 {
-    pipe_freed();
+    unpreempted(|| {
+        pipe_freed();
+    });
     0
 }
 
 #[fentry]
 pub fn spin_lock_irqsave_entry(ctx: FEntryContext) -> i32 {
-    lock_call(&ctx, ctx.arg(0));
+    unpreempted(|| {
+        lock_call(&ctx, ctx.arg(0));
+    });
     0
 }
 
 #[fexit]
 pub fn spin_lock_irqsave_exit(ctx: FExitContext) -> i32 {
-    acquired(ctx.arg(0));
+    unpreempted(|| {
+        acquired(ctx.arg(0));
+    });
     0
 }
 
 #[fentry]
 pub fn spin_unlock_irqrestore_entry(ctx: FEntryContext) -> i32 {
-    released(ctx.arg(0));
+    unpreempted(|| {
+        released(ctx.arg(0));
+    });
     0
 }
 
 #[fentry]
 pub fn spin_lock_irq_entry(ctx: FEntryContext) -> i32 {
-    lock_call(&ctx, ctx.arg(0));
+    unpreempted(|| {
+        lock_call(&ctx, ctx.arg(0));
+    });
     0
 }
 
 #[fexit]
 pub fn spin_lock_irq_exit(ctx: FExitContext) -> i32 {
-    acquired(ctx.arg(0));
+    unpreempted(|| {
+        acquired(ctx.arg(0));
+    });
     0
 }
 
 #[fentry]
 pub fn spin_unlock_irq_entry(ctx: FEntryContext) -> i32 {
-    released(ctx.arg(0));
+    unpreempted(|| {
+        released(ctx.arg(0));
+    });
     0
 }
 
@@ -147,39 +173,51 @@ pub fn hooked_contention_end(ctx: BtfTracePointContext) -> i32 {
 
 #[fentry]
 pub fn splice_entry(ctx: FEntryContext) -> i32 {
-    // do_splice(struct file *in, loff_t *off_in, struct file *out, …)
-    enter_splice_call(config(), [ctx.arg(0), ctx.arg(2)]);
+    unpreempted(|| {
+        // do_splice(struct file *in, loff_t *off_in, struct file *out, …)
+        enter_splice_call(config(), [ctx.arg(0), ctx.arg(2)]);
+    });
     0
 }
 
 #[fexit]
 pub fn splice_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    unpreempted(|| {
+        leave_pipe_call();
+    });
     0
 }
 
 #[fentry]
 pub fn tee_entry(ctx: FEntryContext) -> i32 {
-    // do_tee(struct file *in, struct file *out, …)
-    enter_splice_call(config(), [ctx.arg(0), ctx.arg(1)]);
+    unpreempted(|| {
+        // do_tee(struct file *in, struct file *out, …)
+        enter_splice_call(config(), [ctx.arg(0), ctx.arg(1)]);
+    });
     0
 }
 
 #[fexit]
 pub fn tee_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    unpreempted(|| {
+        leave_pipe_call();
+    });
     0
 }
 
 #[fentry]
 pub fn vmsplice_entry(ctx: FEntryContext) -> i32 {
-    enter_vmsplice(ctx.arg(0));
+    unpreempted(|| {
+        enter_vmsplice(ctx.arg(0));
+    });
     0
 }
 
 #[fexit]
 pub fn vmsplice_exit(_ctx: FExitContext) -> i32 {
-    leave_pipe_call();
+    unpreempted(|| {
+        leave_pipe_call();
+    });
     0
 }
 
