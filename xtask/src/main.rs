@@ -90,9 +90,9 @@ enum Task {
     /// Run the integration tests inside each kernel of xtask/vm-kernels.txt
     /// under qemu (TCG), fetching kernels and qemu as needed.
     VmTest(VmArgs),
-    /// Run the host and VM integration tests ROUNDS times with a pipe herd
-    /// looping beside them, then list every test that failed at least once
-    /// (logs and the list under target/stress).
+    /// Run the host and VM integration tests several times with load
+    /// beside them, then list every test that failed at least once (logs
+    /// and the list under target/stress).
     Stress {
         /// How many times each layer runs.
         #[arg(long, default_value_t = 3)]
@@ -100,9 +100,10 @@ enum Task {
         /// Leave the VM layer out.
         #[arg(long)]
         no_vm: bool,
-        /// Run without the herd beside the tests.
-        #[arg(long)]
-        no_load: bool,
+        /// What runs beside the tests: a busy loop per CPU, a pipe herd
+        /// in a loop (which tests tracing the whole system also see), or nothing.
+        #[arg(long, value_enum, default_value_t = stress::LoadKind::Cpu)]
+        load: stress::LoadKind,
         #[command(flatten)]
         vm: VmArgs,
     },
@@ -209,14 +210,14 @@ fn task(task: Task) -> Result<()> {
         Task::Stress {
             repeat,
             no_vm,
-            no_load,
+            load,
             vm,
         } => {
             let tools = bootstrap::ensure(&root)?;
             let stress = stress::Stress {
                 rounds: repeat,
                 no_vm,
-                no_load,
+                load,
                 vm: vm.options(),
             };
             stress::stress(&root, &tools, &stress)

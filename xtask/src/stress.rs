@@ -3,8 +3,10 @@
 //!
 //! A test that fails now and then under load costs a submission each time
 //! it fires in CI; running the layers several times on a busy machine
-//! finds it before CI does. The load is a pipe herd run in a loop (the
-//! workload the tests trace, contending the host's CPUs and scheduler).
+//! finds it before CI does. The load (`--load`) is one busy loop per CPU
+//! (`cpu`, the default: a machine busy with something else), or a pipe
+//! herd run in a loop (`herd`: also other pipes for the tests that trace
+//! the whole system to see), or nothing.
 use std::{
     collections::BTreeMap,
     fs,
@@ -22,8 +24,7 @@ pub struct Stress {
     pub rounds: usize,
     /// Leave the VM layer out.
     pub no_vm: bool,
-    /// Run without the load beside.
-    pub no_load: bool,
+    pub load: LoadKind,
     pub vm: vm::Options,
 }
 
@@ -47,11 +48,11 @@ pub fn stress(root: &Path, tools: &Tools, stress: &Stress) -> Result<()> {
     crate::run(&mut cargo_static(root, tools, crate::BUILD)?)?;
     let dir = root.join("target/stress");
     fs::create_dir_all(&dir)?;
-    let load = if stress.no_load {
-        None
-    } else {
-        Some(Load::start(&static_binary(root))?)
-    };
+    // A shell that started this in the background left SIGINT ignored,
+    // and every test's child would inherit that: Ctrl-C tests need it back.
+    // SAFETY: resets a signal disposition; no handler is involved.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+    let load = Load::start(stress.load, &static_binary(root))?;
     let mut failures = Failures::default();
     let mut failed_layers = 0;
     let started = Instant::now();
@@ -140,15 +141,32 @@ fn summary(failures: &Failures, rounds: usize, seconds: u64) -> String {
     out
 }
 
-/// The herd in a loop beside the tests, one process group, killed at the end.
+/// What runs beside the tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LoadKind {
+    /// One busy loop per CPU.
+    Cpu,
+    /// `pipelock run pipe-herd` in a loop.
+    Herd,
+    None,
+}
+
+/// The load, one process group, killed at the end.
 struct Load(Child);
 
 impl Load {
-    fn start(pipelock: &Path) -> Result<Self> {
-        let script = format!(
-            "while :; do {} run pipe-herd --limit 200000 -q >/dev/null 2>&1; done",
-            pipelock.display()
-        );
+    fn start(kind: LoadKind, pipelock: &Path) -> Result<Option<Self>> {
+        let script = match kind {
+            LoadKind::None => return Ok(None),
+            LoadKind::Cpu => {
+                let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+                format!("for i in $(seq {cpus}); do (while :; do :; done) & done; wait")
+            }
+            LoadKind::Herd => format!(
+                "while :; do {} run pipe-herd --limit 200000 -q >/dev/null 2>&1; done",
+                pipelock.display()
+            ),
+        };
         let mut cmd = Command::new("sh");
         cmd.args(["-c", &script])
             .stdout(Stdio::null())
@@ -156,10 +174,10 @@ impl Load {
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let child = cmd.spawn().context("cannot start the load")?;
         eprintln!(
-            "xtask: load beside the tests: `pipelock run pipe-herd` in a loop (process group {})",
+            "xtask: load beside the tests: {kind:?} (process group {})",
             child.id()
         );
-        Ok(Self(child))
+        Ok(Some(Self(child)))
     }
 }
 

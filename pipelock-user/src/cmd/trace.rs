@@ -62,13 +62,17 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     } else {
         HookBodies::Pipelock
     };
+    // Before attaching, which can take seconds on a busy machine: a Ctrl-C
+    // meanwhile still detaches, reports and exits 130, and never starts
+    // COMMAND.
+    interrupt::catch();
     let mut tracer = Tracer::attach_bodies(args.tracing.mode, &filters, ebpf_log, bodies)?;
     tracer.set_view(args.view());
     if args.bpf_stats {
         tracer.enable_run_stats();
     }
-    interrupt::catch();
     let child = program
+        .filter(|_| !interrupt::interrupted())
         .map(|program| spawn_command(&program, &args.command))
         .transpose()?;
     eprintln!("pipelock: tracing in {} mode (Ctrl-C to stop)", tracer.mode());
