@@ -15,33 +15,31 @@
 //! marks, or turns both calls into `r0 = 0` on a kernel without them.
 use pipelock_common::{PREEMPT_DISABLE_MARK, PREEMPT_ENABLE_MARK};
 
+/// A kfunc call without arguments, the kfunc named by its mark (r0-r5
+/// clobbered). No `nomem`: memory accesses stay on their side of it.
+macro_rules! marked_call {
+    ($mark:expr) => {
+        // SAFETY: a kfunc call of the BPF calling convention; the verifier
+        // checks that every path re-enables preemption before exit.
+        unsafe {
+            core::arch::asm!(
+                // code 0x85 (call), src_reg 2 (BPF_PSEUDO_KFUNC_CALL), off 0
+                // (the kernel's own BTF), imm the mark.
+                ".8byte ({mark} << 32) | 0x2085",
+                mark = const $mark,
+                lateout("r0") _, lateout("r1") _, lateout("r2") _,
+                lateout("r3") _, lateout("r4") _, lateout("r5") _,
+                options(nostack),
+            )
+        }
+    };
+}
+
 /// Runs `body` with preemption off (see the module).
 #[inline(always)]
 pub(crate) fn unpreempted<R>(body: impl FnOnce() -> R) -> R {
-    // SAFETY: a kfunc call without arguments (r0-r5 clobbered); the
-    // verifier checks that every path re-enables preemption before exit.
-    // No `nomem`: the body's loads and stores stay between the two calls.
-    unsafe {
-        core::arch::asm!(
-            // code 0x85 (call), src_reg 2 (BPF_PSEUDO_KFUNC_CALL), off 0
-            // (the kernel's own BTF), imm the mark.
-            ".8byte ({mark} << 32) | 0x2085",
-            mark = const PREEMPT_DISABLE_MARK,
-            lateout("r0") _, lateout("r1") _, lateout("r2") _,
-            lateout("r3") _, lateout("r4") _, lateout("r5") _,
-            options(nostack),
-        );
-    }
+    marked_call!(PREEMPT_DISABLE_MARK);
     let result = body();
-    // SAFETY: as above.
-    unsafe {
-        core::arch::asm!(
-            ".8byte ({mark} << 32) | 0x2085",
-            mark = const PREEMPT_ENABLE_MARK,
-            lateout("r0") _, lateout("r1") _, lateout("r2") _,
-            lateout("r3") _, lateout("r4") _, lateout("r5") _,
-            options(nostack),
-        );
-    }
+    marked_call!(PREEMPT_ENABLE_MARK);
     result
 }

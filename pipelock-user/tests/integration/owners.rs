@@ -5,7 +5,10 @@
 //! `owner` word at every begin, as the kernel sees it, with no BPF. A wait whose
 //! every begin found no owner task (`owner & ~7 == 0`: the mutex was just
 //! released, or being handed over) is what pipelock reports as
-//! `(no owner known)`; the two counts must agree.
+//! `(no owner known)`; the two counts must agree. The kernel's side counts
+//! the waits inside read and write only (the syscall events say where each
+//! thread is): a pipe's release at close or exit takes its mutex too, in no
+//! call that pipelock traces.
 use std::collections::HashMap;
 
 use super::*;
