@@ -80,9 +80,6 @@ pub struct Tracer {
     /// The kernel's preemption model, where debugfs says: whether fentry
     /// programs can be preempted mid-run.
     preemption: Option<String>,
-    /// The kernel has `bpf_preempt_disable`: fentry/fexit programs run
-    /// their bodies with preemption off whatever the model.
-    preempt_kfuncs: bool,
     /// kprobe mode: the return probes made in tracefs (removed on drop).
     kprobes: bpf::attach::Kprobes,
 }
@@ -138,9 +135,9 @@ impl Tracer {
             rdonly_cast: btf.rdonly_cast_id(),
             preempt: btf.preempt_ids(),
         };
-        let preempt_kfuncs = kfuncs.preempt.is_some();
-        config.runs_unpreempted =
-            u32::from(preempt_kfuncs || crate::model::notes::runs_unpreempted(preemption.as_deref()));
+        config.runs_unpreempted = u32::from(
+            kfuncs.preempt.is_some() || crate::model::notes::runs_unpreempted(preemption.as_deref()),
+        );
         let sizes = MapSizes::with_stacks(filters.max_locks, filters.stack_map_size)?;
         let object = bpf::object::KernelObject::new(bpf::object::OBJECT, &kfuncs);
         // Each object gets its log reader: it holds the log map's
@@ -267,7 +264,6 @@ impl Tracer {
             stack_sample: config.stack_sample,
             view: ReportView::default(),
             preemption,
-            preempt_kfuncs,
             kprobes,
         })
     }
@@ -386,7 +382,7 @@ impl Tracer {
                 .cloned()
                 .chain(crate::model::notes::skipped_runs(
                     &programs,
-                    self.attached.mode == AttachMode::Fentry && !self.preempt_kfuncs,
+                    self.attached.mode == AttachMode::Fentry,
                     self.preemption.as_deref(),
                 ))
                 .collect(),

@@ -4,17 +4,13 @@ use super::ProgramStats;
 
 /// The runs of pipelock's programs the kernel skipped, if any: how many,
 /// each program that lost some (most first), and where fentry programs can be preempted
-/// (`full` or `lazy` preemption, on a kernel without `bpf_preempt_disable`)
-/// why and what avoids it. A trampoline only disables migration, so a run
-/// preempted mid-way makes every run of that program on that CPU skip
+/// (`full` or `lazy` preemption) why and what avoids it. A trampoline only
+/// disables migration, so a run preempted before it ends (with
+/// `bpf_preempt_disable`, at the end of its body, where a preemption owed
+/// meanwhile happens) makes every run of that program on that CPU skip
 /// until its task runs again; kprobes and tracepoints run with preemption
-/// off. `preemptible_fentry`: the programs are fentry ones whose bodies can
-/// be preempted.
-pub fn skipped_runs(
-    programs: &[ProgramStats],
-    preemptible_fentry: bool,
-    preemption: Option<&str>,
-) -> Option<String> {
+/// off.
+pub fn skipped_runs(programs: &[ProgramStats], fentry: bool, preemption: Option<&str>) -> Option<String> {
     let total: u64 = programs.iter().map(|p| p.recursion_misses).sum();
     if total == 0 {
         return None;
@@ -42,7 +38,7 @@ pub fn skipped_runs(
         "the kernel skipped {total} runs of pipelock's programs (recursion_misses: {}); each can lose an event",
         each.join(", ")
     );
-    if let Some(model) = preemption.filter(|m| preemptible_fentry && !runs_unpreempted(Some(m))) {
+    if let Some(model) = preemption.filter(|m| fentry && !runs_unpreempted(Some(m))) {
         note.push_str(&format!(
             "; this kernel's preemption is {model}, and a fentry program preempted mid-run skips every run of it on that CPU until its task runs again: --mode kprobe runs with preemption off"
         ));
