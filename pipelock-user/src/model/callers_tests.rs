@@ -1,5 +1,5 @@
 //! Tests of the callers and tasks model.
-use pipelock_common::LockKey;
+use pipelock_common::{LockKey, sampling};
 
 use super::*;
 
