@@ -17,10 +17,6 @@ const fn kfunc_call(imm: u32) -> u64 {
     (imm as u64) << 32 | 0x2085
 }
 
-/// A marked kfunc call as compiled.
-const fn marked(mark: u32) -> u64 {
-    kfunc_call(mark)
-}
 /// What a marked call becomes on a kernel without the kfunc: `r0 = 0`
 /// (code 0xb7, mov64 immediate): the "not cast" the programs fall back on
 /// for `bpf_rdonly_cast`, nothing at all for the preemption kfuncs.
@@ -40,9 +36,9 @@ impl Kfuncs {
     fn rewrites(&self) -> [(u64, u64); 3] {
         let call = |id: Option<u32>| id.map_or(NO_CALL, kfunc_call);
         [
-            (marked(RDONLY_CAST_MARK), call(self.rdonly_cast)),
-            (marked(PREEMPT_DISABLE_MARK), call(self.preempt.map(|p| p.0))),
-            (marked(PREEMPT_ENABLE_MARK), call(self.preempt.map(|p| p.1))),
+            (kfunc_call(RDONLY_CAST_MARK), call(self.rdonly_cast)),
+            (kfunc_call(PREEMPT_DISABLE_MARK), call(self.preempt.map(|p| p.0))),
+            (kfunc_call(PREEMPT_ENABLE_MARK), call(self.preempt.map(|p| p.1))),
         ]
     }
 }
@@ -143,7 +139,7 @@ mod tests {
             .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
     }
 
-    const MARKED_CALL: u64 = marked(RDONLY_CAST_MARK);
+    const MARKED_CALL: u64 = kfunc_call(RDONLY_CAST_MARK);
 
     /// Every marked call becomes the kfunc's id, or `r0 = 0`, and nothing
     /// else of the object changes.
@@ -154,8 +150,8 @@ mod tests {
         object[24..32].copy_from_slice(&MARKED_CALL.to_le_bytes());
         // Not at an instruction boundary: left alone.
         object[36..44].copy_from_slice(&MARKED_CALL.to_le_bytes());
-        object[48..56].copy_from_slice(&marked(PREEMPT_DISABLE_MARK).to_le_bytes());
-        object[56..64].copy_from_slice(&marked(PREEMPT_ENABLE_MARK).to_le_bytes());
+        object[48..56].copy_from_slice(&kfunc_call(PREEMPT_DISABLE_MARK).to_le_bytes());
+        object[56..64].copy_from_slice(&kfunc_call(PREEMPT_ENABLE_MARK).to_le_bytes());
         object[64..].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
         let kfuncs = Kfuncs {
             rdonly_cast: Some(0x1234),
@@ -198,8 +194,8 @@ mod tests {
         };
         let (casts, disables, enables) = (
             count(MARKED_CALL),
-            count(marked(PREEMPT_DISABLE_MARK)),
-            count(marked(PREEMPT_ENABLE_MARK)),
+            count(kfunc_call(PREEMPT_DISABLE_MARK)),
+            count(kfunc_call(PREEMPT_ENABLE_MARK)),
         );
         assert!(
             casts > 0 && disables > 0,
