@@ -80,6 +80,8 @@ mod top;
 mod trace;
 #[path = "integration/unit.rs"]
 mod unit;
+#[path = "integration/watchdog.rs"]
+mod watchdog;
 #[path = "integration/why.rs"]
 mod why;
 #[path = "integration/workloads.rs"]
@@ -369,8 +371,12 @@ fn main() {
     if args.get(1).is_some_and(|a| a == "--preempted-holder") {
         why::preempted_holder(&args[2..]);
     }
+    if args.get(1).is_some_and(|a| a == "--watchdog-drill") {
+        watchdog::drill();
+    }
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    static TALLY: watchdog::Tally = watchdog::Tally::new();
+    let limits = watchdog::Limits::here(in_vm());
     // The linker's order is not the files' order: run them file by file,
     // each file's in the order written.
     let mut tests: Vec<&Test> = TESTS.iter().collect();
@@ -389,26 +395,26 @@ fn main() {
             continue;
         }
         let started = std::time::Instant::now();
-        let outcome = test();
+        let outcome = watchdog::run(name, limits, &TALLY, test);
         // Timings show where CI time goes (TCG guests are ~50x slower).
         let took = format!("{:.1} s", started.elapsed().as_secs_f64());
         match outcome {
             Ok(Outcome::Passed) => {
-                passed += 1;
+                TALLY.passed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 println!("test {name} ... ok ({took})");
             }
             Ok(Outcome::Skipped(why)) => {
-                skipped += 1;
+                TALLY.skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 println!("test {name} ... skipped: {why}");
             }
             Err(err) => {
-                failed += 1;
+                TALLY.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 println!("test {name} ... FAILED ({took}): {err:#}");
             }
         }
     }
-    println!("integration: {passed} passed, {failed} failed, {skipped} skipped");
-    if failed > 0 {
+    println!("{}", TALLY.closing_line());
+    if TALLY.failed.load(std::sync::atomic::Ordering::Relaxed) > 0 {
         std::process::exit(1);
     }
 }

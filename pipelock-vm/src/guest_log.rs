@@ -2,6 +2,8 @@
 //! Pure, so it is unit-tested on captured guest logs (`xtask/tests/guest-logs/`).
 use std::fmt;
 
+use crate::qemu::Stopped;
+
 /// The line the guest's init prints after the tests, with the run's nonce, so
 /// output of an earlier run or a test's own echo cannot pass for it.
 pub fn sentinel(nonce: &str) -> String {
@@ -167,9 +169,46 @@ fn parse_counts(line: &str) -> Option<Counts> {
     Some(counts)
 }
 
-pub fn judge(log: &str, nonce: &str, timed_out: Option<u64>) -> Judgement {
+/// The tests a log shows finished, counted from their own lines: for a run
+/// stopped before the harness's closing line.
+fn finished(lines: &[&str]) -> Counts {
+    let mut counts = Counts::default();
+    for line in lines {
+        let Some((head, result)) = line.split_once(" ... ") else {
+            continue;
+        };
+        if !head.contains("test ") {
+            continue;
+        }
+        if result.starts_with("ok") {
+            counts.passed += 1;
+        } else if result.starts_with("skipped") {
+            counts.skipped += 1;
+        } else if result.starts_with("FAILED") {
+            counts.failed += 1;
+        }
+    }
+    counts
+}
+
+/// The harness's last `test NAME ... still running` report, if no test
+/// finished after it: the test a stopped run was in.
+fn still_running<'a>(lines: &[&'a str]) -> Option<&'a str> {
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.contains("test ") && l.contains(" ... "))
+        .filter(|l| l.contains(" ... still running"))
+        .map(|l| l.trim())
+}
+
+/// Judges a guest's console log: `stopped` says whether the guest was
+/// stopped before it powered off, and why.
+pub fn judge(log: &str, nonce: &str, stopped: Option<&Stopped>) -> Judgement {
     let lines: Vec<&str> = log.lines().map(|l| l.trim_end_matches('\r')).collect();
-    let counts = lines.iter().rev().find_map(|l| parse_counts(l));
+    let closing = lines.iter().rev().find_map(|l| parse_counts(l));
+    // A stopped run has no closing line: its finished tests still count.
+    let counts = closing.or_else(|| stopped.map(|_| finished(&lines)));
     let sentinel = sentinel(nonce);
     let rc = lines.iter().find_map(|l| {
         let at = l.find(&sentinel)?;
@@ -190,9 +229,15 @@ pub fn judge(log: &str, nonce: &str, timed_out: Option<u64>) -> Judgement {
         .find(|l| l.contains("Verifier output:") && !l.trim_end().ends_with("Verifier output:"))
         .map(|l| l.trim().to_owned());
 
-    let verdict = if let Some(secs) = timed_out {
+    let verdict = if let Some(stopped) = stopped {
+        let running = still_running(&lines)
+            .map(|l| format!("; {}", l.split_once("test ").map_or(l, |(_, t)| t)))
+            .unwrap_or_default();
+        // Under a silence the dump asked for prints call traces: they are
+        // the answer, not another fault.
+        let trouble = trouble.filter(|_| matches!(stopped, Stopped::Timeout(_)));
         Verdict::Failed(format!(
-            "timed out after {secs} s{}",
+            "{stopped}{running}{}",
             trouble.map(|t| format!(" (kernel: {t})")).unwrap_or_default()
         ))
     } else if let Some(trouble) = trouble {
@@ -215,7 +260,7 @@ pub fn judge(log: &str, nonce: &str, timed_out: Option<u64>) -> Judgement {
         )
     } else if rc != Some(0) {
         Verdict::Failed(format!("the test binary exited with {}", rc.unwrap_or(-1)))
-    } else if counts.is_none() {
+    } else if closing.is_none() {
         Verdict::Failed("no `integration: N passed, N failed` line: the tests did not run".into())
     } else {
         Verdict::Passed
@@ -225,6 +270,8 @@ pub fn judge(log: &str, nonce: &str, timed_out: Option<u64>) -> Judgement {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn captured(name: &str) -> String {
@@ -308,12 +355,77 @@ mod tests {
     #[test]
     fn a_timeout_fails_and_says_so() {
         // Captured: a run stopped by a 12 s limit in the middle of the tests.
-        let j = judge(&captured("timeout.log"), "anynonce", Some(12));
+        let j = judge(
+            &captured("timeout.log"),
+            "anynonce",
+            Some(&Stopped::Timeout(Duration::from_secs(12))),
+        );
         assert!(
             matches!(&j.verdict, Verdict::Failed(why) if why.starts_with("timed out after 12 s")),
             "{:?}",
             j.verdict
         );
+        assert_eq!(
+            j.counts,
+            Some(Counts {
+                passed: 1,
+                failed: 0,
+                skipped: 0
+            }),
+            "the test that finished before the limit"
+        );
+    }
+
+    #[test]
+    fn a_stopped_run_names_the_test_it_was_in() {
+        let log = "[    1.0] boot\n\
+                   test a ... ok (1.0 s)\n\
+                   test b ... skipped: no fentry\n\
+                   test c ... FAILED (2.0 s): 3 of 4\n\
+                   \x20 c's own note\n\
+                   test d ... still running after 120 s: pid 90 pipelock S pipe_read\n";
+        let stopped = Stopped::Timeout(Duration::from_secs(1800));
+        let j = judge(log, NONCE, Some(&stopped));
+        assert_eq!(
+            j.verdict,
+            Verdict::Failed(
+                "timed out after 1800 s; d ... still running after 120 s: pid 90 pipelock S pipe_read".into()
+            )
+        );
+        assert_eq!(
+            j.counts,
+            Some(Counts {
+                passed: 1,
+                failed: 1,
+                skipped: 1
+            })
+        );
+        // A test that finished after the report is not the one running.
+        let later = format!("{log}test d ... ok (130.0 s)\n");
+        assert_eq!(
+            judge(&later, NONCE, Some(&stopped)).verdict,
+            Verdict::Failed("timed out after 1800 s".into())
+        );
+    }
+
+    #[test]
+    fn a_silent_runs_stack_dump_is_its_answer_not_more_trouble() {
+        let log = "test a ... ok (1.0 s)\n\
+                   [  900.1] sysrq: Show Blocked State\n\
+                   [  900.2] Call Trace:\n\
+                   [  900.3]  mutex_lock+0x1d/0x30\n";
+        let quiet = Stopped::Silent(Duration::from_secs(300));
+        let Verdict::Failed(why) = judge(log, NONCE, Some(&quiet)).verdict else {
+            panic!("a hung guest passed")
+        };
+        assert!(why.starts_with("hung: the console was silent for 300 s"), "{why}");
+        assert!(!why.contains("(kernel:"), "{why}");
+        // Past the time limit, a call trace is trouble worth naming.
+        let late = Stopped::Timeout(Duration::from_secs(1800));
+        let Verdict::Failed(why) = judge(log, NONCE, Some(&late)).verdict else {
+            panic!("a timed-out guest passed")
+        };
+        assert!(why.ends_with("(kernel: [  900.2] Call Trace:)"), "{why}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Booting one kernel under qemu and capturing its console, with a hard
 //! timeout, never leaving a qemu process behind.
 use std::{
-    io::{BufRead as _, BufReader},
+    fmt,
+    io::{BufRead as _, BufReader, Write as _},
     os::unix::process::CommandExt as _,
     path::Path,
     process::{Child, Command, Stdio},
@@ -67,18 +68,58 @@ pub struct BootOptions<'a> {
     pub machine: Machine,
     /// For the whole boot, the guest's work and its power-off.
     pub timeout: Duration,
+    /// A guest whose console stays silent this long is taken for hung: its
+    /// kernel is asked over the serial console (sysrq) for the stacks of its
+    /// CPUs and blocked tasks, which land in the log, and it is stopped.
+    /// `None` for guests that may work quietly for long.
+    pub silence: Option<Duration>,
     /// Echo the console to stderr as it comes, `[name] line`.
     pub echo: bool,
     /// Print the qemu command line first.
     pub verbose: bool,
 }
 
-/// What one boot printed, and whether it was stopped by the timeout.
+/// What one boot printed, and whether it was stopped before its end.
 pub struct Boot {
     pub log: String,
-    pub timed_out: bool,
+    pub stopped: Option<Stopped>,
     pub took: Duration,
 }
+
+/// Why a guest was stopped before it powered off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// It ran past `BootOptions::timeout`.
+    Timeout(Duration),
+    /// Its console was silent for `BootOptions::silence`.
+    Silent(Duration),
+}
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout(limit) => write!(f, "timed out after {} s", limit.as_secs()),
+            Self::Silent(quiet) => write!(
+                f,
+                "hung: the console was silent for {} s (the kernel's stacks of its CPUs and blocked tasks, asked for with sysrq, end the log)",
+                quiet.as_secs()
+            ),
+        }
+    }
+}
+
+/// How long a silent guest's kernel gets to print the stacks it was asked
+/// for: under TCG a dump of a few dozen tasks takes seconds. The dump is
+/// taken for done when the console is quiet for `DUMP_QUIET`.
+const DUMP_GRACE: Duration = Duration::from_secs(30);
+const DUMP_QUIET: Duration = Duration::from_secs(10);
+
+/// Serial break, then the sysrq key: qemu's `mon:stdio` turns Ctrl-A b into
+/// a break on the guest's serial line, which the kernel's 8250 driver reads
+/// as "the next character is a sysrq command". `w` dumps blocked tasks, `l`
+/// every CPU's backtrace.
+const SYSRQ_DUMPS: [u8; 2] = [b'w', b'l'];
+const SERIAL_BREAK: &[u8] = b"\x01b";
 
 /// qemu, killed and reaped when dropped: an error, a panic or a timeout on
 /// our side never leaves one running.
@@ -123,6 +164,11 @@ pub fn kvm_answers(timeout: Duration) -> bool {
 
 /// Boots `image` with `initramfs`; returns its console output.
 pub fn boot(image: &Path, initramfs: &Path, options: &BootOptions) -> Result<Boot> {
+    watch(qemu_command(image, initramfs, options), options)
+}
+
+/// The qemu command line for one boot.
+fn qemu_command(image: &Path, initramfs: &Path, options: &BootOptions) -> Command {
     let mut qemu = Command::new("qemu-system-x86_64");
     match options.machine.accel {
         Accel::Kvm => qemu.args(["-accel", "kvm", "-cpu", "host"]),
@@ -132,7 +178,14 @@ pub fn boot(image: &Path, initramfs: &Path, options: &BootOptions) -> Result<Boo
         .arg(options.machine.cpus.to_string())
         .arg("-m")
         .arg(format!("{}M", options.machine.memory_mib))
-        .args(["-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio"])
+        .args(["-nographic", "-no-reboot", "-nodefaults", "-serial"])
+        // The monitor on stdio too only where sysrq may be sent: the serial
+        // break is a monitor key.
+        .arg(if options.silence.is_some() {
+            "mon:stdio"
+        } else {
+            "stdio"
+        })
         .arg("-kernel")
         .arg(image)
         .arg("-initrd")
@@ -144,11 +197,21 @@ pub fn boot(image: &Path, initramfs: &Path, options: &BootOptions) -> Result<Boo
         // (each timestamp a program takes) costs microseconds.
         .args([
             "-append",
-            "console=ttyS0 panic=-1 loglevel=5 clocksource=tsc tsc=reliable",
+            "console=ttyS0 panic=-1 loglevel=5 clocksource=tsc tsc=reliable sysrq_always_enabled",
         ])
-        .stdin(Stdio::null())
+        .stdin(if options.silence.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    qemu
+}
+
+/// Runs a guest's `qemu` and reads its console to the end, the timeout or a
+/// silence.
+fn watch(mut qemu: Command, options: &BootOptions) -> Result<Boot> {
     // SAFETY: async-signal-safe calls only, between fork and exec. If this
     // process dies, even by SIGKILL, qemu goes with it.
     unsafe {
@@ -195,9 +258,19 @@ pub fn boot(image: &Path, initramfs: &Path, options: &BootOptions) -> Result<Boo
     drop(tx);
     let mut log = String::new();
     let deadline = started + options.timeout;
-    let mut timed_out = false;
+    let mut stopped = None;
+    // After a silence: the time left for the kernel's dump.
+    let mut dumping: Option<Instant> = None;
     loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let wait = match (dumping, options.silence) {
+            (Some(until), _) => left
+                .min(DUMP_QUIET)
+                .min(until.saturating_duration_since(Instant::now())),
+            (None, Some(quiet)) => left.min(quiet),
+            (None, None) => left,
+        };
+        match rx.recv_timeout(wait) {
             Ok(line) => {
                 if options.echo {
                     eprintln!("[{}] {line}", options.name);
@@ -207,8 +280,27 @@ pub fn boot(image: &Path, initramfs: &Path, options: &BootOptions) -> Result<Boo
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                timed_out = true;
-                break;
+                if dumping.is_some() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    stopped.get_or_insert(Stopped::Timeout(options.timeout));
+                    break;
+                }
+                if let (Some(quiet), None) = (options.silence, dumping) {
+                    stopped = Some(Stopped::Silent(quiet));
+                    dumping = Some(Instant::now() + DUMP_GRACE);
+                    if let Some(stdin) = guest.0.stdin.as_mut() {
+                        for key in SYSRQ_DUMPS {
+                            // The break must reach the guest before its key,
+                            // and the dump start before the next break.
+                            for bytes in [SERIAL_BREAK, &[key]] {
+                                let _ = stdin.write_all(bytes).and_then(|()| stdin.flush());
+                                thread::sleep(Duration::from_millis(500));
+                            }
+                        }
+                    }
+                }
             }
         }
     }
@@ -216,7 +308,69 @@ pub fn boot(image: &Path, initramfs: &Path, options: &BootOptions) -> Result<Boo
     drop(guest);
     Ok(Boot {
         log,
-        timed_out,
+        stopped,
         took: started.elapsed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(timeout: u64, silence: Option<u64>) -> BootOptions<'static> {
+        BootOptions {
+            name: "fake",
+            machine: Machine::default(),
+            timeout: Duration::from_secs(timeout),
+            silence: silence.map(Duration::from_secs),
+            echo: false,
+            verbose: false,
+        }
+    }
+
+    /// A stand-in for qemu: `script` under sh, its stdin and outputs piped
+    /// as `qemu_command` pipes them.
+    fn fake_guest(script: &str, silence: bool) -> Command {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", script])
+            .stdin(if silence { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        sh
+    }
+
+    #[test]
+    fn a_silent_guest_is_asked_for_its_stacks_then_stopped() {
+        // The guest goes quiet, then prints what reached its serial line
+        // (the monitor's break keys and the sysrq commands), then hangs.
+        let script = "echo booted; head -c 6 | od -An -tx1; echo dumped; exec sleep 60";
+        let boot = watch(fake_guest(script, true), &options(120, Some(1))).unwrap();
+        assert_eq!(boot.stopped, Some(Stopped::Silent(Duration::from_secs(1))));
+        let lines: Vec<&str> = boot.log.lines().map(str::trim).collect();
+        assert_eq!(lines, ["booted", "01 62 77 01 62 6c", "dumped"], "{}", boot.log);
+        assert!(boot.took < Duration::from_secs(60), "{:?}", boot.took);
+        assert!(
+            Stopped::Silent(Duration::from_secs(300))
+                .to_string()
+                .starts_with("hung: the console was silent for 300 s")
+        );
+    }
+
+    #[test]
+    fn a_guest_past_its_timeout_is_stopped() {
+        let boot = watch(fake_guest("echo booted; exec sleep 60", false), &options(1, None)).unwrap();
+        assert_eq!(boot.stopped, Some(Stopped::Timeout(Duration::from_secs(1))));
+        assert_eq!(boot.log, "booted\n");
+    }
+
+    #[test]
+    fn a_guest_that_ends_is_not_stopped() {
+        let boot = watch(
+            fake_guest("echo booted; sleep 1; echo done", true),
+            &options(60, Some(5)),
+        )
+        .unwrap();
+        assert_eq!(boot.stopped, None);
+        assert_eq!(boot.log, "booted\ndone\n");
+    }
 }

@@ -87,11 +87,7 @@ pub fn stress(root: &Path, tools: &Tools, stress: &Stress) -> Result<()> {
         }
         eprintln!("xtask: stress round {round} of {}: VMs", stress.rounds);
         for boot in vm::boot_each(root, tools, &stress.vm, &vm::guest_command(&stress.vm))? {
-            let judged = guest_log::judge(
-                &boot.log,
-                &boot.nonce,
-                boot.timed_out.then_some(stress.vm.timeout.as_secs()),
-            );
+            let judged = guest_log::judge(&boot.log, &boot.nonce, boot.stopped.as_ref());
             eprintln!("xtask: stress round {round}: {}: {}", boot.kernel, judged.verdict);
             let kept = dir.join(format!("round-{round}-{}.log", boot.kernel));
             fs::write(&kept, &boot.log).with_context(|| format!("cannot write {}", kept.display()))?;

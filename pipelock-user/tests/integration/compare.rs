@@ -44,7 +44,9 @@ fn run_trace_splits_its_lock_figures_by_run() -> Result<Outcome> {
         return Ok(skip);
     }
     let (a, b) = (scratch("compare-a.json"), scratch("compare-b.json"));
-    let limit = if in_vm() { "20000" } else { "200000" };
+    // The check is arithmetic on whatever the runs saw: a few thousand
+    // messages a run give every class of the herd under TCG too.
+    let limit = if in_vm() { "2000" } else { "200000" };
     let result = (|| {
         for (json, forks) in [(&a, "3"), (&b, "4")] {
             let out = run(pipelock()

@@ -294,6 +294,8 @@ pub fn bench_overhead(
         let options = crate::vm::Options {
             only: only.clone(),
             timeout: std::time::Duration::from_secs(3600),
+            // The benchmark prints nothing until its table.
+            silence: None,
             kvm: false,
             verbose: false,
             tests: Vec::new(),
@@ -309,9 +311,10 @@ pub fn bench_overhead(
                 .filter(|t| t.contains("| workload |"));
             let Some(table) = table else {
                 anyhow::bail!(
-                    "{}: no overhead table in the guest log (timed out: {}); see target/vm/{}.log",
+                    "{}: no overhead table in the guest log ({}); see target/vm/{}.log",
                     boot.kernel,
-                    boot.timed_out,
+                    boot.stopped
+                        .map_or("it powered off".to_owned(), |s| s.to_string()),
                     boot.kernel
                 );
             };

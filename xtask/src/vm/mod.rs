@@ -20,7 +20,7 @@ use pipelock_vm::{
     guest_log::{self, Counts, Verdict},
     image::{BUSYBOX, is_static},
     kernels::{Kernel, PrivateApt, Source, parse_kernel_list, selects},
-    qemu::{self, Accel, BootOptions, Machine},
+    qemu::{self, Accel, BootOptions, Machine, Stopped},
 };
 
 use self::image::{build_static, write_initramfs};
@@ -30,6 +30,9 @@ pub struct Options {
     pub only: Vec<String>,
     /// Per-kernel limit for boot + tests.
     pub timeout: Duration,
+    /// How long a guest's console may stay silent before it is taken for
+    /// hung (see `qemu::BootOptions::silence`).
+    pub silence: Option<Duration>,
     /// Use KVM (opt-in: /dev/kvm hangs on the machines this was written on).
     pub kvm: bool,
     /// Keep the initramfs and print the qemu command, for debugging by hand.
@@ -42,12 +45,12 @@ pub struct Options {
     pub jobs: usize,
 }
 
-/// One kernel's boot: its name, console log, whether it timed out, and the
-/// nonce of its result sentinel.
+/// One kernel's boot: its name, console log, whether it was stopped before
+/// its end, and the nonce of its result sentinel.
 pub struct Boot {
     pub kernel: String,
     pub log: String,
-    pub timed_out: bool,
+    pub stopped: Option<Stopped>,
     pub nonce: String,
 }
 
@@ -55,11 +58,7 @@ pub fn vm_test(root: &Path, tools: &crate::bootstrap::Tools, options: &Options) 
     let mut total = Counts::default();
     let mut failures = Vec::new();
     for boot in boot_each(root, tools, options, &guest_command(options))? {
-        let judgement = guest_log::judge(
-            &boot.log,
-            &boot.nonce,
-            boot.timed_out.then_some(options.timeout.as_secs()),
-        );
+        let judgement = guest_log::judge(&boot.log, &boot.nonce, boot.stopped.as_ref());
         let counts = judgement.counts.unwrap_or_default();
         eprintln!(
             "vm-test: {}: {} ({} passed, {} failed, {} skipped; log {})",
@@ -193,6 +192,7 @@ fn boot_one(
                 ..Machine::default()
             },
             timeout: options.timeout,
+            silence: options.silence,
             echo: true,
             verbose: options.verbose,
         },
@@ -209,7 +209,7 @@ fn boot_one(
     Ok(Boot {
         kernel: kernel.name.clone(),
         log: boot.log,
-        timed_out: boot.timed_out,
+        stopped: boot.stopped,
         nonce: nonce.to_owned(),
     })
 }

@@ -168,17 +168,23 @@ impl Guest<'_> {
                 name: label,
                 machine: self.machine.clone(),
                 timeout: self.timeout,
+                // A guest's work prints nothing until its result: only the
+                // timeout can tell a hang.
+                silence: None,
                 echo: self.options.verbose,
                 verbose: self.options.verbose,
             },
         );
         let _ = std::fs::remove_file(&initramfs);
         let booted = booted.map_err(|source| Error::Vm { source })?;
-        read_console(&booted.log, &nonce, booted.timed_out.then_some(self.timeout)).map_err(|reason| {
-            Error::Guest {
-                kernel: format!("{} ({label})", kernel.spec),
-                reason,
-            }
+        read_console(
+            &booted.log,
+            &nonce,
+            booted.stopped.is_some().then_some(self.timeout),
+        )
+        .map_err(|reason| Error::Guest {
+            kernel: format!("{} ({label})", kernel.spec),
+            reason,
         })
     }
 }
