@@ -381,6 +381,15 @@ fn main() {
     // each file's in the order written.
     let mut tests: Vec<&Test> = TESTS.iter().collect();
     tests.sort_by_key(|t| (t.file, t.line));
+    // A misspelt name would otherwise run nothing and pass.
+    if !filter.is_empty()
+        && !tests
+            .iter()
+            .any(|t| filter.iter().any(|f| t.name.contains(f.as_str())))
+    {
+        println!("integration: no test's name contains any of {filter:?}");
+        std::process::exit(2);
+    }
     for Test {
         name,
         scope,

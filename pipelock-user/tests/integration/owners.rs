@@ -285,7 +285,8 @@ fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
     );
     println!(
         "  {mode}: the kernel shows {} of {} pipe-mutex waits in read/write beginning with no owner ({:.0} %; \
-         {} more waits in other syscalls); pipelock {unknown} of {} (runs skipped on the mutex's path: {skips})",
+         {} more waits in other syscalls; its probes missed {missed}); pipelock {unknown} of {} (runs skipped \
+         on the mutex's path: {skips})",
         kernel.unowned,
         kernel.waits,
         kernel.unowned as f64 * 100.0 / kernel.waits as f64,
