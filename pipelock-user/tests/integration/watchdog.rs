@@ -7,7 +7,6 @@
 //! (`/proc/PID/wchan` and `/proc/PID/stack`).
 use std::{
     fmt::Write as _,
-    fs,
     io::Write as _,
     sync::{
         atomic::{AtomicU32, Ordering},
@@ -16,6 +15,8 @@ use std::{
     thread,
     time::{Duration, Instant},
 };
+
+use super::*;
 
 /// How long a test may run before it is reported, and before it is failed.
 #[derive(Clone, Copy)]
@@ -234,7 +235,7 @@ pub fn drill() -> ! {
         fail_after: Duration::from_secs(3),
     };
     let waited = run("a_test_that_hangs", limits, &TALLY, || {
-        std::process::Command::new("sleep").arg("60").status()
+        Command::new("sleep").arg("60").status()
     });
     println!("the watchdog let the test end: {waited:?}");
     std::process::exit(0)
@@ -242,9 +243,8 @@ pub fn drill() -> ! {
 
 /// The drill's test is reported while it waits, with its child's state,
 /// then failed at the limit with the closing line; its child is killed.
-fn the_watchdog_reports_then_stops_a_hung_test() -> anyhow::Result<super::Outcome> {
-    use anyhow::{Context as _, ensure};
-    let out = std::process::Command::new(std::env::current_exe()?)
+fn the_watchdog_reports_then_stops_a_hung_test() -> Result<Outcome> {
+    let out = Command::new(std::env::current_exe()?)
         .arg("--watchdog-drill")
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -288,6 +288,6 @@ fn the_watchdog_reports_then_stops_a_hung_test() -> anyhow::Result<super::Outcom
     ensure!(comm_and_state(stat) == Some(("a (b) c".to_owned(), "S".to_owned())));
     ensure!(parent(stat) == Some(811));
     ensure!(cpu_seconds("9 (x) R 1 9 9 0 -1 0 0 0 0 0 250 30 0") == Some((2.5, 0.3)));
-    Ok(super::Outcome::Passed)
+    Ok(Outcome::Passed)
 }
-super::register!(Host the_watchdog_reports_then_stops_a_hung_test);
+register!(Host the_watchdog_reports_then_stops_a_hung_test);
