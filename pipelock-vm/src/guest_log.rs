@@ -1,5 +1,5 @@
 //! Reads what a VM printed on its console and decides whether the run passed.
-//! Pure, so it is unit-tested on captured guest logs (`xtask/tests/guest-logs/`).
+//! Pure, so it is unit-tested on captured guest logs (`pipelock-vm/tests/guest-logs/`).
 use std::fmt;
 
 use crate::qemu::Stopped;

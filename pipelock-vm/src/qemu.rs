@@ -1,5 +1,6 @@
 //! Booting one kernel under qemu and capturing its console, with a hard
-//! timeout, never leaving a qemu process behind.
+//! timeout and a watch for a silent (hung) guest, never leaving a qemu
+//! process behind.
 use std::{
     fmt,
     io::{BufRead as _, BufReader, Write as _},
