@@ -381,12 +381,9 @@ fn main() {
     // each file's in the order written.
     let mut tests: Vec<&Test> = TESTS.iter().collect();
     tests.sort_by_key(|t| (t.file, t.line));
+    let selected = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
     // A misspelt name would otherwise run nothing and pass.
-    if !filter.is_empty()
-        && !tests
-            .iter()
-            .any(|t| filter.iter().any(|f| t.name.contains(f.as_str())))
-    {
+    if !tests.iter().any(|t| selected(t.name)) {
         println!("integration: no test's name contains any of {filter:?}");
         std::process::exit(2);
     }
@@ -397,7 +394,7 @@ fn main() {
         ..
     } in tests
     {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+        if !selected(name) {
             continue;
         }
         if in_vm() && *scope == Scope::Host {
@@ -409,21 +406,21 @@ fn main() {
         let took = format!("{:.1} s", started.elapsed().as_secs_f64());
         match outcome {
             Ok(Outcome::Passed) => {
-                TALLY.passed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                TALLY.pass();
                 println!("test {name} ... ok ({took})");
             }
             Ok(Outcome::Skipped(why)) => {
-                TALLY.skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                TALLY.skip();
                 println!("test {name} ... skipped: {why}");
             }
             Err(err) => {
-                TALLY.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                TALLY.fail();
                 println!("test {name} ... FAILED ({took}): {err:#}");
             }
         }
     }
     println!("{}", TALLY.closing_line());
-    if TALLY.failed.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+    if TALLY.any_failed() {
         std::process::exit(1);
     }
 }

@@ -409,3 +409,20 @@ fn every_test_function_is_registered() -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 register!(Host every_test_function_is_registered);
+
+/// A test name that matches nothing fails the harness (exit 2, one line)
+/// instead of passing with nothing run.
+fn a_name_no_test_has_is_an_error() -> Result<Outcome> {
+    let out = Command::new(std::env::current_exe()?)
+        .arg("zz_no_test_is_named_this")
+        .output()?;
+    let text = text(&out.stdout);
+    ensure!(
+        out.status.code() == Some(2)
+            && text.trim() == "integration: no test's name contains any of [\"zz_no_test_is_named_this\"]",
+        "exit {:?}: {text}",
+        out.status
+    );
+    Ok(Outcome::Passed)
+}
+register!(Host a_name_no_test_has_is_an_error);

@@ -297,8 +297,8 @@ fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
 }
 
 /// The hits the reference probes missed (`kprobe_profile`'s third column:
-/// a probe that fired while another kprobe ran on its CPU), for a failure
-/// message: a reference that missed hits undercounts the kernel's waits.
+/// a probe that fired while another kprobe ran on its CPU), printed beside
+/// the counts: a reference that missed hits undercounts the kernel's waits.
 fn reference_misses() -> Result<u64> {
     let profile = fs::read_to_string(Path::new(TRACEFS).join("kprobe_profile"))
         .context("cannot read kprobe_profile")?;
