@@ -43,20 +43,66 @@ pub(super) fn mutex_lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u6
     let Some(state) = current_state() else {
         return;
     };
-    let pid_tgid = state.owner;
-    if state.pipe[0] == PIPE_PENDING && !adopt_pipe(state, lock, (pid_tgid >> 32) as u32) {
-        // Not the pipe's mutex after all: leave this call untraced.
-        state.pipe[0] = 0;
-        return;
-    }
-    let Some(index) = which_lock(state, lock) else {
+    let Some(index) = pipe_mutex(state, lock) else {
         return;
     };
-    if index >= SLOTS || index % COUNT != pipe_lock::MUTEX || !class_wanted(index) {
+    // The stack first: its unwind would otherwise be timed as part of the wait.
+    let stack = stack_id(config(), ctx);
+    start_mutex_wait(state, index, lock, stack);
+}
+
+/// A `contention_begin` of a mutex: if it is the call's pipe mutex and its
+/// lock call went unseen, the wait starts here.
+///
+/// A fentry program preempted mid-run keeps its per-CPU "running" mark
+/// until its task runs again, and the kernel skips every run of it on that
+/// CPU meanwhile (`recursion_misses`; `crate::preempt` narrows the window
+/// but the owed preemption still lands inside it). A herd's tasks wait for
+/// the pipe mutex on that very CPU, so the skipped runs are mostly
+/// `mutex_lock_entry`'s, and each would lose a contended acquisition with
+/// its wait and hold, and the call's pipe itself while it was not yet
+/// named. The begin is a tracepoint, whose program runs with preemption
+/// off: the acquisition is timed from its first begin, which misses only
+/// the failed fast path before the slow path (nanoseconds), and it has no
+/// call stack (its caller rows count it as not sampled).
+#[inline(always)]
+pub(super) fn mutex_begin_without_call(lock: u64) {
+    let Some(state) = current_state() else {
+        return;
+    };
+    if state.pipe[0] != PIPE_PENDING
+        && which_lock(state, lock).is_none_or(|index| index >= SLOTS || state.wait_start[index] != 0)
+    {
         return;
     }
-    // The stack first: its unwind would otherwise be timed as part of the wait.
-    state.stack_id[index] = stack_id(config(), ctx);
+    let Some(index) = pipe_mutex(state, lock) else {
+        return;
+    };
+    start_mutex_wait(state, index, lock, sampling::LEFT_OUT);
+}
+
+/// The index of `lock` if it is the traced call's pipe mutex, naming the
+/// call's pipe first if this is its first mutex.
+#[inline(always)]
+fn pipe_mutex(state: &mut TaskPipe, lock: u64) -> Option<usize> {
+    let tgid = (state.owner >> 32) as u32;
+    if state.pipe[0] == PIPE_PENDING && !adopt_pipe(state, lock, tgid) {
+        // Not the pipe's mutex after all: leave this call untraced.
+        state.pipe[0] = 0;
+        return None;
+    }
+    let index = which_lock(state, lock)?;
+    (index < SLOTS && index % COUNT == pipe_lock::MUTEX && class_wanted(index)).then_some(index)
+}
+
+/// The wait for pipe mutex `index` starts now; its hold too, unless a
+/// `contention_begin` says it waits.
+#[inline(always)]
+fn start_mutex_wait(state: &mut TaskPipe, index: usize, lock: u64, stack: u32) {
+    if index >= SLOTS {
+        return;
+    }
+    state.stack_id[index] = stack;
     let at = now();
     state.wait_start[index] = at;
     state.hold_start[index] = at;

@@ -15,7 +15,8 @@
 //! acquisition without `contention_begin` counts as acquired at the lock
 //! call (wait 0), and a contended one as acquired at its `contention_end`,
 //! which the mutex slow path always emits. An fexit would cost more than
-//! that wait. Spinlocks keep theirs: without paravirtual spinlocks their
+//! that wait. A begin whose lock call went unseen (its run skipped) starts
+//! the wait itself (see `locks::mutex_begin_without_call`). Spinlocks keep theirs: without paravirtual spinlocks their
 //! slow path does not always emit the contention tracepoints.
 mod calls;
 mod locks;
@@ -24,7 +25,10 @@ use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
-use pipelock_common::pipe_lock::{self, COUNT, SLOTS};
+use pipelock_common::{
+    LCB_F_MUTEX,
+    pipe_lock::{self, COUNT, SLOTS},
+};
 
 use self::{
     calls::{
@@ -32,8 +36,8 @@ use self::{
         which_lock,
     },
     locks::{
-        acquired, acquired_pending, lock_call, mutex_contended, mutex_contention_end, mutex_lock_call,
-        released,
+        acquired, acquired_pending, lock_call, mutex_begin_without_call, mutex_contended,
+        mutex_contention_end, mutex_lock_call, released,
     },
 };
 use crate::{maps::config, preempt::unpreempted};
@@ -147,6 +151,9 @@ pub fn spin_unlock_irq_entry(ctx: FEntryContext) -> i32 {
 #[btf_tracepoint(function = "contention_begin")]
 pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
     let (lock, flags): (u64, u32) = (ctx.arg(0), ctx.arg(1));
+    if flags & LCB_F_MUTEX != 0 {
+        mutex_begin_without_call(lock);
+    }
     let Some(state) = current_state() else {
         return 0;
     };
