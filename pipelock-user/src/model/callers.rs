@@ -73,7 +73,7 @@ pub struct CallerMargin {
 mod estimate;
 pub use estimate::{Estimate, LockTotals, Remainder};
 #[cfg(test)]
-use estimate::{Z95, share_margin};
+use estimate::{share_margin, z95};
 
 /// One thread's share.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

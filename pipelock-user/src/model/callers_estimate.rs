@@ -2,11 +2,14 @@
 //! its exact figures leave over after their unsampled records, and the
 //! 95 % margins of those shares (see docs/why.md, "What stacks cost").
 use pipelock_common::{DetailStats, sampling};
+use statrs::distribution::{ContinuousCDF, Normal};
 
 use super::CallerMargin;
 
-/// Standard normal quantile of a two-sided 95 % interval.
-pub(super) const Z95: f64 = 1.96;
+/// Standard normal quantile of a two-sided 95 % interval (1.959964).
+pub(super) fn z95() -> f64 {
+    Normal::standard().inverse_cdf(0.975)
+}
 
 /// A lock's own figures, which count every event, sampled or not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -200,9 +203,10 @@ pub(super) fn share_margin(n: u64, of: u64) -> f64 {
     }
     let (n, m) = (n as f64, of as f64);
     let p = n / m;
-    let z2 = Z95 * Z95;
+    let z = z95();
+    let z2 = z * z;
     let centre = (p + z2 / (2.0 * m)) / (1.0 + z2 / m);
-    let half = Z95 / (1.0 + z2 / m) * (p * (1.0 - p) / m + z2 / (4.0 * m * m)).sqrt();
+    let half = z / (1.0 + z2 / m) * (p * (1.0 - p) / m + z2 / (4.0 * m * m)).sqrt();
     (p - (centre - half)).max(centre + half - p)
 }
 

@@ -249,8 +249,9 @@ fn a_row_with_no_sampled_record_is_exact_only_if_nothing_was_left_out() {
     let many = Remainder::of(&totals(10_273), [&row, &other], 32, false);
     let margin = CallerMargin::of(&row, 32, false, &many).expect("events were left out");
     // 10 000 left to estimate, none of 100 records this row's: Wilson's
-    // upper end, 3.84 / 103.84 of them.
-    let upper = 10_000.0 * Z95 * Z95 / (100.0 + Z95 * Z95);
+    // upper end, z² / (100 + z²) of them (z = 1.959964).
+    let z2 = 1.959_964_f64.powi(2);
+    let upper = 10_000.0 * z2 / (100.0 + z2);
     assert_eq!(margin.contentions, upper.round() as u64);
     assert_eq!(Estimate::of(&row, 32, &many).contentions, 273);
     assert_eq!(Estimate::of(&other, 32, &many).contentions, 10_000);
@@ -327,6 +328,7 @@ fn the_share_margin_is_wilsons() {
         assert!((ours - half).abs() < 5e-4, "{n} of {of}: {ours} against {half}");
     }
     assert_eq!(share_margin(0, 0), 1.0, "no record: anything is possible");
+    assert!((z95() - 1.959_964).abs() < 1e-6, "{}", z95());
 }
 
 #[test]
