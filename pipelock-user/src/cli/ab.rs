@@ -91,7 +91,7 @@ pub struct AbArgs {
     pub json: Option<PathBuf>,
     /// The change (%) the verdict asks about: if these runs could not detect
     /// it, it says how many runs would.
-    #[arg(long, value_name = "PERCENT", default_value_t = crate::workload::stats::DEFAULT_DETECT_PERCENT, value_parser = parse_percent)]
+    #[arg(long, value_name = "PERCENT", default_value_t = crate::model::stats::DEFAULT_DETECT_PERCENT, value_parser = parse_percent)]
     pub detect: f64,
     /// Echo the guests' consoles.
     #[arg(long)]

@@ -5,10 +5,8 @@ use std::path::Path;
 use super::verdict::{self, Figures};
 use crate::{
     Error,
-    workload::{
-        report::{self, Report, format_value},
-        stats::{DEFAULT_DETECT_PERCENT, Summary, welch_t_test},
-    },
+    model::stats::{DEFAULT_DETECT_PERCENT, Summary, welch_t_test},
+    workload::report::{self, Report, format_value},
 };
 
 /// Significance level for the "significant" column.

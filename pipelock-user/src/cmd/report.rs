@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn a_trace_report_becomes_a_page() {
-        let report = crate::model::report::tests::sample();
+        let report = crate::model::fixtures::sample();
         let path = scratch("trace", &serde_json::to_string(&report).unwrap());
         let html = std::env::temp_dir().join(format!("pipelock-report-{}-t.html", std::process::id()));
         run(&path, &html, 8).unwrap();

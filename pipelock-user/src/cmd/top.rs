@@ -260,7 +260,7 @@ mod tests {
     fn f_writes_the_waits_so_far_as_a_flame_graph_or_says_why_not() {
         let dir = std::env::temp_dir().join(format!("pipelock-top-flame-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut report = crate::model::report::tests::sample();
+        let mut report = crate::model::fixtures::sample();
         let mut idle = report.clone();
         idle.locks.clear();
         let none = write_flamegraph(&idle, &dir);

@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use pipelock_common::{Histogram, loglinear};
 use serde::{Deserialize as _, Serialize};
 
-use crate::{
-    model::{Timing, timing::merge},
-    workload::stats::{Difference, Summary, runs_needed, welch_t_test},
+use crate::model::{
+    Timing,
+    stats::{Difference, Summary, runs_needed, welch_t_test},
+    timing::merge,
 };
 
 /// Significance level of the marks in the table.
@@ -308,7 +309,7 @@ pub fn render(a_name: &str, b_name: &str, rows: &[Row], detect_percent: f64) -> 
          apart), and a change of at least {SMALLEST_CHANGE} %; exact: a count per operation every run gave \
          alike, compared as it is\n95% CI: of the change; detects: the smallest change these runs find \
          (5 % test, {:.0} % power)\n",
-        crate::workload::stats::POWER * 100.0
+        crate::model::stats::POWER * 100.0
     );
     text.push_str(&verdicts(rows, detect_percent));
     text
@@ -388,7 +389,7 @@ mod tests {
             .map(|i| if i < 980 { body } else { tail })
             .map(|v| (v as f64 * scale) as u64)
             .collect();
-        let timing = Timing::from_hist(&crate::model::timing::tests::hist(&values));
+        let timing = Timing::from_hist(&crate::model::fixtures::hist(&values));
         figures(&json!({"locks": [{"class": "pipe-mutex", "contentions": 1000, "wait": timing}]})).unwrap()
     }
 
@@ -423,7 +424,7 @@ mod tests {
 
     #[test]
     fn the_busiest_lock_of_a_class_gets_its_own_percentiles() {
-        let timing = |ns: &[u64]| Timing::from_hist(&crate::model::timing::tests::hist(ns));
+        let timing = |ns: &[u64]| Timing::from_hist(&crate::model::fixtures::hist(ns));
         let f = figures(&json!({"locks": [
             {"class": "pipe-mutex", "contentions": 2, "wait": timing(&[100, 100])},
             {"class": "pipe-mutex", "contentions": 2, "wait": timing(&[5000, 5000])},

@@ -154,7 +154,7 @@ pub fn top_callers(report: &TraceReport, top: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ByKey, LockClass, report::tests::sample};
+    use crate::model::{ByKey, LockClass, fixtures::sample};
 
     fn caller(stack: &[&str], contentions: u64, wait: u64) -> CallerRow {
         CallerRow {

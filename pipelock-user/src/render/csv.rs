@@ -231,7 +231,7 @@ pub fn csv_block(report: &TraceReport, timestamp: Option<&str>, header: bool) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::report::tests::sample;
+    use crate::model::fixtures::sample;
 
     #[test]
     fn csv_golden_output() {

@@ -93,7 +93,7 @@ mod tests {
     use crate::model::{CallerRow, LockClass, Timing};
 
     fn lock(name: &str, wait_ns: u64, callers: &[(&[&str], u64)]) -> LockRow {
-        let mut row = crate::model::report::tests::sample().locks.remove(0);
+        let mut row = crate::model::fixtures::sample().locks.remove(0);
         row.class = Some(LockClass::PipeMutex);
         row.name = name.to_owned();
         row.wait = Some(Timing {

@@ -85,7 +85,7 @@ pub fn render_histogram_width(timing: &Timing, bar_width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::timing::tests::hist;
+    use crate::model::fixtures::hist;
 
     #[test]
     fn histogram_rows_are_powers_of_two_and_bars_scale_to_the_fullest() {

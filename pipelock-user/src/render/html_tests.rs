@@ -1,6 +1,6 @@
 //! The page, checked against the report it draws.
 use super::*;
-use crate::model::{report::tests::sample, timing::tests::hist};
+use crate::model::fixtures::{hist, sample};
 
 /// Every `data-field`/`data-value` pair of the page's lock sections.
 fn values(html: &str) -> Vec<(usize, String, u64)> {

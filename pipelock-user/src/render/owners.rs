@@ -95,7 +95,7 @@ fn percent(part: u64, whole: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{HolderState, OwnerRow, report::tests::sample};
+    use crate::model::{HolderState, OwnerRow, fixtures::sample};
 
     #[test]
     fn owners_are_listed_under_their_lock_with_what_they_did() {

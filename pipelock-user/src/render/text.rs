@@ -248,7 +248,7 @@ fn abbreviate(items: &[String], keep: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Refusal, report::tests::sample};
+    use crate::model::{Refusal, fixtures::sample};
 
     #[test]
     fn text_says_what_the_mode_measures_and_never_prints_zero_for_it() {

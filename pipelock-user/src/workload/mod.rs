@@ -9,7 +9,6 @@
 pub mod herd;
 pub mod lockref;
 pub mod report;
-pub mod stats;
 pub mod stream;
 pub mod sys;
 pub mod throughput;

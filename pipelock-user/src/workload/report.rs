@@ -5,9 +5,9 @@ use std::{fs, path::Path};
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::Summary;
 use super::{CommonArgs, Workload, sys::Counters};
 use crate::Error;
+use crate::model::stats::Summary;
 
 /// The headline figure of a workload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     Error,
-    workload::stats::{PIPE_THROUGHPUT_BASELINE_LPS, unixbench_index, unixbench_score},
+    model::stats::{PIPE_THROUGHPUT_BASELINE_LPS, unixbench_index, unixbench_score},
 };
 
 /// UnixBench's pipe.c moves 512 bytes each way per iteration.

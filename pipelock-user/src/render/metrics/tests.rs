@@ -1,6 +1,6 @@
 //! The exposition, checked on reports of known content.
 use super::*;
-use crate::model::{report::tests::sample, timing::tests::hist};
+use crate::model::fixtures::{hist, sample};
 
 fn exposed(report: TraceReport) -> Arc<Exposition> {
     Arc::new(Exposition {

@@ -259,47 +259,7 @@ impl std::str::FromStr for SortKey {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::model::timing::tests::hist;
-
-    pub(crate) fn sample() -> TraceReport {
-        let rows = vec![LockRow {
-            class: Some(LockClass::PipeMutex),
-            lock_addr: 0xffff_8880_0123_4000,
-            owner: 4242,
-            pipe_ino: Some(4242),
-            name: "pipe:[4242]".into(),
-            comms: vec!["herd(10)".into(), "herd(11)".into()],
-            mode: "tracepoint (tp_btf)".into(),
-            acquisitions: None,
-            contentions: 3,
-            spin_only: 1,
-            dropped: Some(2),
-            wait: Timing::from_hist(&hist(&[100, 200, 4000])),
-            hold: None,
-            owners: Vec::new(),
-            holder: HolderState::default(),
-            holds: HoldState::default(),
-            callers: Vec::new(),
-        }];
-        TraceReport {
-            kernel: "6.18.44".into(),
-            mode: "tracepoint (tp_btf)".into(),
-            refused: Vec::new(),
-            hold_unavailable_reason: Some("needs fentry or kprobe".into()),
-            duration_s: 1.0,
-            totals: TraceReport::totals(&rows),
-            locks: rows,
-            drops: BTreeMap::from([("stale_pending".to_owned(), 0)]),
-            percentile_resolution: PERCENTILE_RESOLUTION.to_owned(),
-            notes: vec!["lockref: n/a in tracepoint mode".into()],
-            programs: Vec::new(),
-            maps: Vec::new(),
-            tracer_cpu_s: None,
-            by: ByKey::Lock,
-            by_caller: Vec::new(),
-            by_task: Vec::new(),
-        }
-    }
+    use crate::fixtures::{hist, sample};
 
     #[test]
     fn rows_sort_by_any_key_largest_first() {

@@ -110,16 +110,11 @@ pub fn error_label(error: Option<f64>) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use pipelock_common::loglinear::RELATIVE_ERROR;
 
     use super::*;
-
-    pub(crate) fn hist(values: &[u64]) -> Histogram<u64> {
-        let mut h = Histogram::EMPTY;
-        values.iter().for_each(|v| h.record(*v));
-        h
-    }
+    use crate::fixtures::hist;
 
     /// Against the exact quantiles of known samples: each percentile
     /// within the stated bound, never above the maximum.

@@ -76,7 +76,7 @@ impl ReportView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::report::tests::sample;
+    use crate::fixtures::sample;
 
     #[test]
     fn lock_filters_take_addresses_and_names() {
