@@ -78,6 +78,8 @@ mod splice;
 mod top;
 #[path = "integration/trace.rs"]
 mod trace;
+#[path = "integration/traced.rs"]
+mod traced;
 #[path = "integration/unit.rs"]
 mod unit;
 #[path = "integration/watchdog.rs"]
@@ -117,6 +119,10 @@ macro_rules! register {
     };
 }
 use register;
+use traced::{
+    Kind, busiest, check_percentiles, parse_report, pipe_rows, row_of, shown, trace_exact_pipe_io,
+    trace_exact_pipe_io_with, trace_helper, trace_json, trace_stat_storm,
+};
 
 /// Set by the VM's init (`cargo xtask vm-test`).
 fn in_vm() -> bool {
@@ -511,80 +517,6 @@ fn processes_with(marker: &str) -> Vec<u32> {
         .collect()
 }
 
-/// `pipelock trace --json F ARGS -- pipelock CMD…` as root; the parsed JSON.
-fn trace_json(
-    trace_args: &[&str],
-    command: &[&str],
-) -> Result<std::result::Result<serde_json::Value, Outcome>> {
-    if let Some(skip) = cannot_load() {
-        return Ok(Err(skip));
-    }
-    let json = scratch("trace.json");
-    let bin = std::env::var("PIPELOCK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pipelock").to_owned());
-    let out = run(pipelock()
-        .arg("trace")
-        .args(trace_args)
-        .arg("--json")
-        .arg(&json)
-        .arg("--")
-        .arg(&bin)
-        .args(command))?;
-    let text_json = fs::read_to_string(&json);
-    let _ = fs::remove_file(&json);
-    ensure!(out.status.success(), "pipelock trace: {}", text(&out.stderr));
-    Ok(Ok(serde_json::from_str(&text_json?)?))
-}
-
-/// `pipelock trace --mode MODE` around this binary's `--exact-pipe-io N`:
-/// the JSON report and the inode of the helper's pipe.
-fn trace_exact_pipe_io(mode: &str, classes: &str, n: u64) -> Result<(serde_json::Value, u64)> {
-    trace_exact_pipe_io_with(mode, classes, n, "plain")
-}
-
-/// [`trace_exact_pipe_io`], the helper's calls made `how` (`plain`, `nowait`).
-fn trace_exact_pipe_io_with(
-    mode: &str,
-    classes: &str,
-    n: u64,
-    how: &str,
-) -> Result<(serde_json::Value, u64)> {
-    let (report, ino) = trace_helper(
-        &format!("{mode}-exact"),
-        &["--mode", mode, "--class", classes],
-        &["--exact-pipe-io", &n.to_string(), how],
-    )?;
-    Ok((report, ino.trim().parse()?))
-}
-
-/// `pipelock trace TRACE_ARGS --json … -- integration HELPER… FILE`: the
-/// JSON report and what the helper wrote to FILE. A helper that failed
-/// fails the test.
-fn trace_helper(name: &str, trace_args: &[&str], helper: &[&str]) -> Result<(serde_json::Value, String)> {
-    let (json, facts) = (
-        scratch(&format!("{name}.json")),
-        scratch(&format!("{name}.facts")),
-    );
-    let out = run(pipelock()
-        .arg("trace")
-        .args(trace_args)
-        .arg("--json")
-        .arg(&json)
-        .arg("--")
-        .arg(std::env::current_exe()?)
-        .args(helper)
-        .arg(&facts))?;
-    let report = fs::read_to_string(&json);
-    let facts_text = fs::read_to_string(&facts);
-    let _ = (fs::remove_file(&json), fs::remove_file(&facts));
-    ensure!(out.status.success(), "trace: {}", text(&out.stderr));
-    ensure!(
-        !text(&out.stderr).contains("COMMAND exited with"),
-        "the helper failed: {}",
-        text(&out.stderr)
-    );
-    Ok((serde_json::from_str(&report?)?, facts_text?))
-}
-
 /// Why a test of hooked mode `mode` cannot run here, if it cannot.
 fn hooked_mode_skip(mode: &str) -> Result<Option<Outcome>> {
     if let Some(skip) = cannot_load() {
@@ -618,7 +550,11 @@ fn perf_lost(perf: &str, data: &Path) -> Result<bool> {
 }
 
 /// None where perf lost events (the comparison would be void).
-fn compare_with_perf(perf: &str, data: &Path, report: &serde_json::Value) -> Result<Option<usize>> {
+fn compare_with_perf(
+    perf: &str,
+    data: &Path,
+    report: &pipelock_user::model::TraceReport,
+) -> Result<Option<usize>> {
     if perf_lost(perf, data)? {
         let _ = fs::remove_file(data);
         return Ok(None);
@@ -660,12 +596,11 @@ fn compare_with_perf(perf: &str, data: &Path, report: &serde_json::Value) -> Res
     }
     ensure!(records > 0, "perf recorded no contention_end with a call chain");
     let mut ours: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
-    for row in report["locks"].as_array().context("no locks")? {
-        if !row["class"].as_str().is_some_and(|c| c.starts_with("pipe-")) {
+    for row in &report.locks {
+        if !row.class.is_some_and(|c| c.name().starts_with("pipe-")) {
             continue;
         }
-        let addr = row["lock_addr"].as_u64().context("no lock_addr")?;
-        *ours.entry(addr).or_default() += row["contentions"].as_u64().context("no contentions")?;
+        *ours.entry(row.lock_addr).or_default() += row.contentions;
     }
     for (addr, ours) in &ours {
         let theirs = perf_ends.get(addr).copied().unwrap_or(0);
@@ -675,7 +610,7 @@ fn compare_with_perf(perf: &str, data: &Path, report: &serde_json::Value) -> Res
             "{addr:#x}: pipelock {ours} vs perf {theirs} contention_end events"
         );
     }
-    ensure!(!ours.is_empty(), "no pipe lock to compare: {report}");
+    ensure!(!ours.is_empty(), "no pipe lock to compare: {}", shown(report));
     println!("  perf: {elsewhere} of {records} contention_end events outside pipe read/write, not compared");
     Ok(Some(ours.len()))
 }
@@ -708,83 +643,6 @@ fn own_comm() -> Result<String> {
         .to_string_lossy()
         .into_owned();
     Ok(name.chars().take(15).collect())
-}
-
-/// A row's reported count and percentiles of `kind` ("wait" or "hold")
-/// against its own log-linear buckets, recomputed here: the counts add up,
-/// and each percentile is the midpoint of the bucket its rank falls in
-/// (clamped to the maximum), as the manual states.
-fn check_percentiles(row: &serde_json::Value, kind: &str) -> Result<()> {
-    use pipelock_common::loglinear;
-    let timing = &row[kind];
-    let count = timing["count"]
-        .as_u64()
-        .with_context(|| format!("no {kind} count: {row}"))?;
-    let max = timing["max_ns"].as_u64().context("no max")?;
-    let mut buckets = vec![0u64; loglinear::BUCKETS];
-    for pair in timing["buckets"].as_array().context("no buckets")? {
-        let (lower, n) = (
-            pair[0].as_u64().context("bucket")?,
-            pair[1].as_u64().context("count")?,
-        );
-        ensure!(
-            loglinear::lower(loglinear::bucket(lower)) == lower,
-            "{kind} bucket {lower} is not a bucket's lower bound: {row}"
-        );
-        buckets[loglinear::bucket(lower)] += n;
-    }
-    ensure!(
-        buckets.iter().sum::<u64>() == count,
-        "{kind} buckets do not add up to its count: {row}"
-    );
-    for (q, field) in [
-        (0.5, "p50_ns"),
-        (0.9, "p90_ns"),
-        (0.99, "p99_ns"),
-        (0.999, "p999_ns"),
-    ] {
-        let want = loglinear::percentile(&buckets, max, q)
-            .map(|p| p.ns.round() as u64)
-            .context("no percentile")?;
-        ensure!(
-            timing[field].as_u64() == Some(want),
-            "{kind} {field} {} is not the bucket's midpoint {want}: {row}",
-            timing[field],
-        );
-    }
-    Ok(())
-}
-
-fn pipe_rows(report: &serde_json::Value, ino: u64) -> Vec<&serde_json::Value> {
-    report["locks"]
-        .as_array()
-        .map(|locks| {
-            locks
-                .iter()
-                .filter(|l| l["pipe_ino"].as_u64() == Some(ino))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `pipelock trace --mode MODE --class lockref` around this binary's
-/// `--stat-storm N`: the JSON report and the name of the file stat()ed.
-fn trace_stat_storm(mode: &str, n: u64) -> Result<(serde_json::Value, String)> {
-    let json = scratch(&format!("{mode}-stat.json"));
-    let dir = scratch(&format!("{mode}-stat.d"));
-    let name = format!("lockref-{}-{mode}", std::process::id());
-    let out = run(pipelock()
-        .args(["trace", "--mode", mode, "--class", "lockref", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(std::env::current_exe()?)
-        .args(["--stat-storm", &n.to_string()])
-        .arg(&dir)
-        .arg(&name))?;
-    let report = fs::read_to_string(&json);
-    let _ = (fs::remove_file(&json), fs::remove_dir_all(&dir));
-    ensure!(out.status.success(), "trace: {}", text(&out.stderr));
-    Ok((serde_json::from_str(&report?)?, name))
 }
 
 /// pipelock's programs still loaded once it exited: the kernel frees a

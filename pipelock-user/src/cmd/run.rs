@@ -77,7 +77,7 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     let mut finish = |report: &mut workload::report::Report| {
         if let Some(collector) = collector.borrow_mut().take() {
             let trace = collector.finish()?;
-            report.trace = trace.as_ref().and_then(|t| serde_json::to_value(t).ok());
+            report.trace.clone_from(&trace);
             traced = trace;
         }
         Ok(())

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{CommonArgs, Workload, sys::Counters};
 use crate::Error;
-use crate::model::stats::Summary;
+use crate::model::{TraceReport, stats::Summary};
 
 /// The headline figure of a workload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,10 +56,10 @@ pub struct Report {
     pub summary: Option<Summary>,
     /// Ctrl-C stopped the runs early; `runs` holds those that finished.
     pub interrupted: bool,
-    /// `--trace`: the trace of the runs (a `pipelock trace --json` report;
-    /// opaque here: the workloads know nothing of tracing).
+    /// `--trace`: the trace of the runs, as `pipelock trace --json` writes
+    /// it (the workloads only carry it: they know nothing of tracing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace: Option<serde_json::Value>,
+    pub trace: Option<TraceReport>,
 }
 
 impl Report {

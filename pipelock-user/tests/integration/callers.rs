@@ -3,42 +3,55 @@
 //! stacks and one thread, so the parts must add up to the lock; a helper
 //! that does a known number of writes and reads must show exactly that many
 //! acquisitions from the write and the read path.
+use pipelock_user::model::{CallerRow, LockClass, TaskRow, TraceReport};
+
 use super::*;
 
 /// `--stack-sample`'s default.
 const DEFAULT_STACK_SAMPLE: u32 = 32;
 
-fn u(value: &serde_json::Value, field: &str) -> u64 {
-    value[field].as_u64().unwrap_or(0)
-}
-
 /// Whether a caller row's stack has a frame matching `part` (a piece of a
 /// function name: `pipe_write` finds `pipe_write+0x1` and `anon_pipe_write+0x1`).
-fn has_frame(caller: &serde_json::Value, part: &str) -> bool {
-    caller["stack"].as_array().is_some_and(|frames| {
-        frames
-            .iter()
-            .any(|f| f.as_str().is_some_and(|f| f.contains(part)))
-    })
+fn has_frame(caller: &CallerRow, part: &str) -> bool {
+    caller.stack.iter().any(|f| f.contains(part))
 }
 
 /// The rows of every lock add up: the contentions (and acquisitions) of its
 /// callers are its own (within the sampling error where stacks were
 /// sampled), and per class the threads' are the class's.
-fn parts_add_up(report: &serde_json::Value) -> Result<()> {
-    let locks = report["locks"].as_array().context("no locks")?;
-    ensure!(!locks.is_empty(), "no lock rows");
-    let sampled = locks.iter().any(|lock| {
-        lock["callers"]
-            .as_array()
-            .is_some_and(|callers| callers.iter().any(|c| c["margin"].is_object()))
-    });
-    for lock in locks {
+fn parts_add_up(report: &TraceReport) -> Result<()> {
+    ensure!(!report.locks.is_empty(), "no lock rows");
+    let sampled = report
+        .locks
+        .iter()
+        .any(|lock| lock.callers.iter().any(|c| c.margin.is_some()));
+    for lock in &report.locks {
         // A lock all of whose waits were left out of the sample has none.
-        let callers = lock["callers"].as_array().map_or(&[][..], Vec::as_slice);
-        for field in ["contentions", "acquisitions"] {
-            let sum: u64 = callers.iter().map(|c| u(c, field)).sum();
-            let count = u(lock, field);
+        let callers = &lock.callers;
+        let acquisitions = match lock.acquisitions {
+            Some(count) => {
+                let sum = callers
+                    .iter()
+                    .map(|c| {
+                        c.acquisitions
+                            .context("a hooked mode's caller row without acquisitions")
+                    })
+                    .sum::<Result<u64>>()?;
+                Some((sum, count))
+            }
+            None => {
+                ensure!(
+                    callers.iter().all(|c| c.acquisitions.is_none()),
+                    "{}: callers count acquisitions the lock does not: {}",
+                    lock.name,
+                    shown(callers)
+                );
+                None
+            }
+        };
+        let contentions = (callers.iter().map(|c| c.contentions).sum(), lock.contentions);
+        for (field, figures) in [("contentions", Some(contentions)), ("acquisitions", acquisitions)] {
+            let Some((sum, count)) = figures else { continue };
             // Where stacks were sampled (one in the default 32), the callers'
             // sum estimates the lock's exact count with a variance of at
             // most count × 31: allow four standard errors.
@@ -50,23 +63,22 @@ fn parts_add_up(report: &serde_json::Value) -> Result<()> {
             ensure!(
                 (sum as f64 - count as f64).abs() <= allowed,
                 "{}: callers' {field} add up to {sum} (±{allowed:.0}), the lock has {count}",
-                lock["name"],
+                lock.name,
             );
         }
     }
-    for total in report["totals"].as_array().context("no totals")? {
-        let sum: u64 = report["by_task"]
-            .as_array()
-            .context("no by_task")?
+    for total in &report.totals {
+        let sum: u64 = report
+            .by_task
             .iter()
-            .filter(|t| t["class"] == total["class"])
-            .map(|t| u(t, "contentions"))
+            .filter(|t| t.class == total.class)
+            .map(|t| t.contentions)
             .sum();
         ensure!(
-            sum == u(total, "contentions"),
-            "{}: threads' contentions add up to {sum}, the class has {}",
-            total["class"],
-            u(total, "contentions")
+            sum == total.contentions,
+            "{:?}: threads' contentions add up to {sum}, the class has {}",
+            total.class,
+            total.contentions
         );
     }
     Ok(())
@@ -103,34 +115,31 @@ fn callers_and_tasks_account_for_every_acquisition() -> Result<Outcome> {
         )?;
         let ino: u64 = ino.trim().parse()?;
         parts_add_up(&report)?;
-        let mutex = report["locks"]
-            .as_array()
-            .context("no locks")?
-            .iter()
-            .find(|l| l["class"] == "pipe-mutex" && l["pipe_ino"] == ino)
-            .context("no row for the helper's pipe")?;
-        let callers = mutex["callers"].as_array().context("no callers")?;
+        let mutex =
+            row_of(&pipe_rows(&report, ino), LockClass::PipeMutex).context("no row for the helper's pipe")?;
+        let callers = &mutex.callers;
         for (path, want) in [("pipe_write", n), ("pipe_read", n)] {
             let from: u64 = callers
                 .iter()
                 .filter(|c| has_frame(c, path))
-                .map(|c| u(c, "acquisitions"))
+                .filter_map(|c| c.acquisitions)
                 .sum();
             ensure!(
                 from == want,
-                "{mode}: {from} acquisitions from {path}, want {want}: {callers:?}"
+                "{mode}: {from} acquisitions from {path}, want {want}: {}",
+                shown(callers)
             );
         }
-        let tasks: Vec<&serde_json::Value> = report["by_task"]
-            .as_array()
-            .context("no by_task")?
+        let tasks: Vec<&TaskRow> = report
+            .by_task
             .iter()
-            .filter(|t| t["class"] == "pipe-mutex")
+            .filter(|t| t.class == Some(LockClass::PipeMutex))
             .collect();
         ensure!(
-            tasks.len() == 1 && u(tasks[0], "acquisitions") == 2 * n,
-            "{mode}: want one thread with {} acquisitions: {tasks:?}",
-            2 * n
+            tasks.len() == 1 && tasks[0].acquisitions == Some(2 * n),
+            "{mode}: want one thread with {} acquisitions: {}",
+            2 * n,
+            shown(&tasks)
         );
         checked.push(format!(
             "{mode}: {n} + {n} acquisitions from the write and read stacks, one thread"
@@ -145,29 +154,30 @@ fn callers_and_tasks_account_for_every_acquisition() -> Result<Outcome> {
             Err(skip) => return Ok(skip),
         };
         parts_add_up(&report)?;
-        let mutex = report["locks"]
-            .as_array()
-            .context("no locks")?
+        let mutex = report
+            .locks
             .iter()
-            .find(|l| l["class"] == "pipe-mutex")
+            .find(|l| l.class == Some(LockClass::PipeMutex))
             .context("no pipe-mutex row")?;
-        let from_pipe: u64 = mutex["callers"]
-            .as_array()
-            .context("no callers")?
+        let from_pipe: u64 = mutex
+            .callers
             .iter()
             .filter(|c| has_frame(c, "pipe_read") || has_frame(c, "pipe_write"))
-            .map(|c| u(c, "contentions"))
+            .map(|c| c.contentions)
             .sum();
         ensure!(
-            from_pipe * 10 >= u(mutex, "contentions") * 9,
+            from_pipe * 10 >= mutex.contentions * 9,
             "{from_pipe} of {} contentions have a pipe read/write frame: {}",
-            u(mutex, "contentions"),
-            mutex["callers"]
+            mutex.contentions,
+            shown(&mutex.callers)
         );
+        let stack_lost = report
+            .drops
+            .get("stack_lost")
+            .context("no stack_lost among the drops")?;
         checked.push(format!(
-            "tracepoint: herd parts add up; {from_pipe} of {} pipe-mutex contentions from pipe read/write (stack_lost {})",
-            u(mutex, "contentions"),
-            report["drops"]["stack_lost"]
+            "tracepoint: herd parts add up; {from_pipe} of {} pipe-mutex contentions from pipe read/write (stack_lost {stack_lost})",
+            mutex.contentions
         ));
     }
     if checked.is_empty() {
@@ -185,7 +195,7 @@ register!(Kernel callers_and_tasks_account_for_every_acquisition);
 /// no frame keeps nothing.
 fn caller_and_lock_filters_keep_what_they_name() -> Result<Outcome> {
     let herd = ["run", "pipe-herd", "--limit", "50000", "-q"];
-    let trace = |extra: &[&str]| -> Result<std::result::Result<serde_json::Value, Outcome>> {
+    let trace = |extra: &[&str]| -> Result<std::result::Result<TraceReport, Outcome>> {
         let mut args = vec!["--mode", "tracepoint"];
         args.extend(extra);
         trace_json(&args, &herd)
@@ -194,26 +204,26 @@ fn caller_and_lock_filters_keep_what_they_name() -> Result<Outcome> {
         Ok(report) => report,
         Err(skip) => return Ok(skip),
     };
-    let locks = writes["locks"].as_array().context("no locks")?;
+    let locks = &writes.locks;
     ensure!(!locks.is_empty(), "no lock was contended from pipe_write");
     for lock in locks {
-        for caller in lock["callers"].as_array().context("no callers")? {
-            ensure!(has_frame(caller, "pipe_write"), "{} kept {caller}", lock["name"]);
+        for caller in &lock.callers {
+            ensure!(
+                has_frame(caller, "pipe_write"),
+                "{} kept {}",
+                lock.name,
+                shown(caller)
+            );
         }
     }
     let none = trace(&["--caller", "no_such_kernel_function"])?.map_err(|_| anyhow::anyhow!("skipped"))?;
     ensure!(
-        none["locks"].as_array().is_some_and(Vec::is_empty),
+        none.locks.is_empty(),
         "a glob no frame matches kept {}",
-        none["locks"]
+        shown(&none.locks)
     );
     let rq = trace(&["--lock-filter", "rq_lock"])?.map_err(|_| anyhow::anyhow!("skipped"))?;
-    let names: Vec<&str> = rq["locks"]
-        .as_array()
-        .context("no locks")?
-        .iter()
-        .filter_map(|l| l["name"].as_str())
-        .collect();
+    let names: Vec<&str> = rq.locks.iter().map(|l| l.name.as_str()).collect();
     ensure!(
         names.iter().all(|n| n.contains("rq_lock")),
         "--lock-filter rq_lock kept {names:?}"

@@ -1,4 +1,6 @@
 //! Exact counts in the hooked modes (fentry, kprobe): N writes and reads give known acquisitions, herds give every wait-queue lock.
+use pipelock_user::model::{LockClass, LockRow, TraceReport};
+
 use super::*;
 
 fn fentry_counts_every_pipe_mutex_acquisition() -> Result<Outcome> {
@@ -36,28 +38,24 @@ fn kprobe_sees_every_return_of_a_sleeping_herd() -> Result<Outcome> {
         Ok(report) => report,
         Err(skip) => return Ok(skip),
     };
-    let program = |name: &str, field: &str| {
-        report["programs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["name"] == name)
-            .and_then(|p| p[field].as_u64())
-            .with_context(|| format!("no {field} of {name}: {}", report["programs"]))
+    let program = |name: &str| {
+        report
+            .programs
+            .iter()
+            .find(|p| p.name == name)
+            .with_context(|| format!("no program {name}: {}", shown(&report.programs)))
     };
-    let (entries, returns) = (
-        program("kp_pipe_read_entry", "run_count")?,
-        program("kp_pipe_read_exit", "run_count")?,
-    );
+    let (entry, exit) = (program("kp_pipe_read_entry")?, program("kp_pipe_read_exit")?);
+    let (entries, returns) = (entry.run_count, exit.run_count);
     // A run the kernel skipped (another kprobe program under way on that
     // CPU) is one side's loss, not the probe's.
-    let skipped = program("kp_pipe_read_entry", "recursion_misses")?
-        + program("kp_pipe_read_exit", "recursion_misses")?;
+    let skipped = entry.recursion_misses + exit.recursion_misses;
     // All return probes' misses, the spinlocks' too, which miss when they
     // fire inside another kprobe's handler (pipelock's own map updates take
     // spinlocks): reported, not zero.
-    let missed = report["drops"]["kretprobe_missed"]
-        .as_u64()
+    let missed = *report
+        .drops
+        .get("kretprobe_missed")
         .context("no kretprobe_missed among the drops")?;
     ensure!(
         entries > 1_000 && entries.abs_diff(returns) <= skipped,
@@ -112,10 +110,8 @@ fn hooks_count_nonblocking_pipe_io(mode: &str) -> Result<Outcome> {
     }
     const N: u64 = 500;
     let (report, ino) = trace_exact_pipe_io_with(mode, "pipe-mutex", N, "nowait")?;
-    let mutex = pipe_rows(&report, ino)
-        .into_iter()
-        .find(|r| r["class"] == "pipe-mutex")
-        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {report}"))?;
+    let mutex = row_of(&pipe_rows(&report, ino), LockClass::PipeMutex)
+        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", shown(&report)))?;
     let count = skips::exact_mutex_count(&report, mutex, 2 * N).context("RWF_NOWAIT")?;
     println!("  pipe:[{ino}]: {count} acquisitions for {N} RWF_NOWAIT writes + reads");
     Ok(Outcome::Passed)
@@ -129,20 +125,17 @@ fn hooks_record_pipe_wait_alone(mode: &str) -> Result<Outcome> {
         return Ok(skip);
     }
     const N: u64 = 500;
-    let rd_wait = |report: &serde_json::Value, ino: u64| -> Result<u64> {
-        pipe_rows(report, ino)
-            .iter()
-            .find(|r| r["class"] == "pipe-rd-wait")
-            .and_then(|r| r["acquisitions"].as_u64())
-            .with_context(|| format!("no pipe-rd-wait row for pipe:[{ino}]: {report}"))
+    let rd_wait = |report: &TraceReport, ino: u64| -> Result<u64> {
+        row_of(&pipe_rows(report, ino), LockClass::PipeRdWait)
+            .and_then(|r| r.acquisitions)
+            .with_context(|| format!("no pipe-rd-wait row for pipe:[{ino}]: {}", shown(report)))
     };
     let (alone, alone_ino) = trace_exact_pipe_io(mode, "pipe-wait", N)?;
     let (both, both_ino) = trace_exact_pipe_io(mode, "pipe-mutex,pipe-wait", N)?;
     ensure!(
-        !pipe_rows(&alone, alone_ino)
-            .iter()
-            .any(|r| r["class"] == "pipe-mutex"),
-        "--class pipe-wait recorded the pipe mutex: {alone}"
+        row_of(&pipe_rows(&alone, alone_ino), LockClass::PipeMutex).is_none(),
+        "--class pipe-wait recorded the pipe mutex: {}",
+        shown(&alone)
     );
     let (alone_rd, both_rd) = (rd_wait(&alone, alone_ino)?, rd_wait(&both, both_ino)?);
     ensure!(
@@ -163,40 +156,31 @@ fn hooks_count_every_pipe_mutex_acquisition(mode: &str) -> Result<Outcome> {
     }
     const N: u64 = 1000;
     let (report, ino) = trace_exact_pipe_io(mode, "pipe-mutex,pipe-wait", N)?;
-    ensure!(report["mode"] == mode, "mode {}", report["mode"]);
+    ensure!(report.mode == mode, "mode {}", report.mode);
     let rows = pipe_rows(&report, ino);
-    let mutex = rows
-        .iter()
-        .find(|r| r["class"] == "pipe-mutex")
-        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {report}"))?;
+    let mutex = row_of(&rows, LockClass::PipeMutex)
+        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", shown(&report)))?;
     let count = skips::exact_mutex_count(&report, mutex, 2 * N)?;
     ensure!(
-        mutex["contentions"] == 0,
+        mutex.contentions == 0,
         "one thread contended with itself: {}",
-        mutex["contentions"]
+        mutex.contentions
     );
-    ensure!(
-        mutex["hold"]["total_ns"].as_u64().unwrap_or(0) > 0,
-        "zero hold time"
-    );
+    let hold = mutex.hold.as_ref().context("no hold time")?;
+    ensure!(hold.total_ns > 0, "zero hold time");
     // Every write to an empty pipe wakes readers through rd_wait.lock.
-    let rd = rows
-        .iter()
-        .find(|r| r["class"] == "pipe-rd-wait")
-        .context("no pipe-rd-wait row")?;
+    let rd = row_of(&rows, LockClass::PipeRdWait).context("no pipe-rd-wait row")?;
+    let rd_acquisitions = rd.acquisitions.context("no acquisitions")?;
     let spin_skips = skips::Skips::on(&report, skips::CountedPath::Spinlock);
     ensure!(
-        rd["acquisitions"].as_u64().context("no acquisitions")? + spin_skips.total() >= N,
-        "rd_wait.lock acquired {} times, want ≥ {N} (runs skipped on the spinlocks' path: {spin_skips})",
-        rd["acquisitions"]
+        rd_acquisitions + spin_skips.total() >= N,
+        "rd_wait.lock acquired {rd_acquisitions} times, want ≥ {N} (runs skipped on the spinlocks' path: \
+         {spin_skips})"
     );
     for row in [mutex, rd] {
-        check_percentiles(row, "hold")?;
+        check_percentiles(row, Kind::Hold)?;
     }
-    println!(
-        "  pipe:[{ino}]: mutex {count} acquisitions, rd_wait.lock {}",
-        rd["acquisitions"]
-    );
+    println!("  pipe:[{ino}]: mutex {count} acquisitions, rd_wait.lock {rd_acquisitions}");
     Ok(Outcome::Passed)
 }
 
@@ -211,52 +195,53 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
         Ok(report) => report,
         Err(skip) => return Ok(skip),
     };
-    let locks = report["locks"].as_array().context("no locks")?;
-    let class_row = |class: &str| {
-        locks
-            .iter()
-            .filter(|l| l["class"] == class)
-            .max_by_key(|l| l["acquisitions"].as_u64().unwrap_or(0))
-    };
-    let mutex = class_row("pipe-mutex").context("no pipe-mutex row")?;
-    let rd = class_row("pipe-rd-wait").context("no pipe-rd-wait row")?;
+    let mutex = busiest(&report, LockClass::PipeMutex).context("no pipe-mutex row")?;
+    let rd = busiest(&report, LockClass::PipeRdWait).context("no pipe-rd-wait row")?;
     ensure!(
-        mutex["pipe_ino"] == rd["pipe_ino"],
+        mutex.pipe_ino == rd.pipe_ino,
         "mutex and rd_wait rows name different pipes"
     );
+    let acquisitions = |row: &LockRow| {
+        row.acquisitions
+            .context("a hooked mode's row without acquisitions")
+    };
+    let (mutex_acquisitions, rd_acquisitions) = (acquisitions(mutex)?, acquisitions(rd)?);
     // 8 processes pass 20000 tokens: at least one read and one write each.
     ensure!(
-        mutex["acquisitions"].as_u64().unwrap_or(0) >= 40_000,
-        "mutex acquisitions {}",
-        mutex["acquisitions"]
+        mutex_acquisitions >= 40_000,
+        "mutex acquisitions {mutex_acquisitions}"
     );
     for row in [mutex, rd] {
         ensure!(
-            row["hold"]["count"].as_u64().unwrap_or(0) > 0,
-            "no hold time: {row}"
+            row.hold.as_ref().is_some_and(|h| h.count > 0),
+            "no hold time: {}",
+            shown(row)
         );
-        check_percentiles(row, "wait")?;
-        check_percentiles(row, "hold")?;
+        check_percentiles(row, Kind::Wait)?;
+        check_percentiles(row, Kind::Hold)?;
     }
     // The mutex has no exit hook: its contended waits end at contention_end,
     // its uncontended ones read 0. So contention must show as wait time.
-    let contended = mutex["contentions"].as_u64().unwrap_or(0);
-    let buckets = mutex["wait"]["buckets"].as_array().context("no wait buckets")?;
-    // [lower bound ns, count] pairs; bound 0 is the bucket of 0 ns.
-    let nonzero_waits: u64 = buckets
+    let contended = mutex.contentions;
+    let wait = mutex.wait.as_ref().context("no wait timing")?;
+    // (lower bound ns, count) pairs; bound 0 is the bucket of 0 ns.
+    let nonzero_waits: u64 = wait
+        .buckets
         .iter()
-        .filter(|b| b[0].as_u64() != Some(0))
-        .filter_map(|b| b[1].as_u64())
+        .filter(|(lower, _)| *lower != 0)
+        .map(|(_, n)| n)
         .sum();
     ensure!(
         contended > 0,
-        "a herd of 8 never contended the pipe mutex: {mutex}"
+        "a herd of 8 never contended the pipe mutex: {}",
+        shown(mutex)
     );
     // 1 % slack: a contention_end that fires inside another BPF program is
     // skipped by the kernel (recursion protection).
     ensure!(
         nonzero_waits * 100 >= contended * 99,
-        "{contended} contended mutex acquisitions but only {nonzero_waits} timed waits: {mutex}"
+        "{contended} contended mutex acquisitions but only {nonzero_waits} timed waits: {}",
+        shown(mutex)
     );
     // Every contended wait is some owner's: the mutex's from its owner
     // field, a spinlock's from its last releaser. Exactly, but for runs the
@@ -271,39 +256,28 @@ fn hooks_time_wait_queue_locks_of_a_herd(mode: &str) -> Result<Outcome> {
     ] {
         let skips = skips::Skips::on(&report, path);
         let skipped = skips.total();
-        let contended = row["contentions"].as_u64().unwrap_or(0);
-        let owned: u64 = row["owners"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o["waits"].as_u64())
-            .sum();
+        let contended = row.contentions;
+        let class = row.class.map_or("(unknown class)", |c| c.name());
+        let owned: u64 = row.owners.iter().map(|o| o.waits).sum();
         ensure!(
             owned.abs_diff(contended) <= skipped,
-            "{} contended acquisitions of {} but {owned} waits among its owners \
+            "{contended} contended acquisitions of {class} but {owned} waits among its owners \
              (runs skipped on its path: {skips}): {}",
-            contended,
-            row["class"],
-            row["owners"]
+            shown(&row.owners)
         );
         owners_line.push_str(&if contended == 0 {
-            format!(
-                "; {} never contended here: its owners not exercised",
-                row["class"]
-            )
+            format!("; {class} never contended here: its owners not exercised")
         } else if owned == contended {
-            format!("; {} owners cover its {contended} waits", row["class"])
+            format!("; {class} owners cover its {contended} waits")
         } else {
             format!(
-                "; {} owners cover {owned} of its {contended} waits (runs skipped on its path: {skips})",
-                row["class"]
+                "; {class} owners cover {owned} of its {contended} waits (runs skipped on its path: {skips})"
             )
         });
     }
     println!(
-        "  herd: mutex {} acquisitions ({contended} contended, {nonzero_waits} waits > 0 ns), rd_wait.lock {} \
-         acquisitions{owners_line}",
-        mutex["acquisitions"], rd["acquisitions"]
+        "  herd: mutex {mutex_acquisitions} acquisitions ({contended} contended, {nonzero_waits} waits > 0 ns), \
+         rd_wait.lock {rd_acquisitions} acquisitions{owners_line}"
     );
     Ok(Outcome::Passed)
 }

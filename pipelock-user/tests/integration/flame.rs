@@ -4,19 +4,17 @@
 //! nanosecond; the SVG is drawn from them and shows in a real browser.
 use std::collections::BTreeMap;
 
+use pipelock_user::model::LockRow;
+
 use super::*;
 
 /// A lock's leaf as the folded output writes it: `class:name`, with `;`
 /// and whitespace (the format's separators) made `_`.
-fn leaf(lock: &serde_json::Value) -> String {
-    format!(
-        "{}:{}",
-        lock["class"].as_str().unwrap_or("unknown"),
-        lock["name"].as_str().unwrap_or_default()
-    )
-    .chars()
-    .map(|c| if c == ';' || c.is_whitespace() { '_' } else { c })
-    .collect()
+fn leaf(lock: &LockRow) -> String {
+    format!("{}:{}", lock.class.map_or("unknown", |c| c.name()), lock.name)
+        .chars()
+        .map(|c| if c == ';' || c.is_whitespace() { '_' } else { c })
+        .collect()
 }
 
 fn folded_and_flamegraph_add_up_to_the_reports_waits() -> Result<Outcome> {
@@ -58,9 +56,9 @@ fn folded_and_flamegraph_add_up_to_the_reports_waits() -> Result<Outcome> {
         }
     }
     let mut want: BTreeMap<String, u64> = BTreeMap::new();
-    for lock in report["locks"].as_array().context("no locks")? {
-        if let Some(ns) = lock["wait"]["total_ns"].as_u64() {
-            *want.entry(leaf(lock)).or_default() += ns;
+    for lock in &report.locks {
+        if let Some(wait) = &lock.wait {
+            *want.entry(leaf(lock)).or_default() += wait.total_ns;
         }
     }
     ensure!(!want.is_empty(), "the herd's trace recorded no waits");

@@ -13,27 +13,28 @@ fn empty_tracepoint_programs_run_alone() -> Result<Outcome> {
         Ok(report) => report,
         Err(skip) => return Ok(skip),
     };
-    let programs = report["programs"].as_array().context("no programs array")?;
+    let programs = &report.programs;
     let runs = |name: &str| {
         programs
             .iter()
-            .find(|p| p["name"] == name)
-            .and_then(|p| p["run_count"].as_u64())
-            .unwrap_or(0)
+            .find(|p| p.name == name)
+            .map(|p| p.run_count)
+            .with_context(|| format!("no program {name}: {}", shown(programs)))
     };
     let (begins, ends) = (
-        runs(programs::EMPTY_CONTENTION_BEGIN),
-        runs(programs::EMPTY_CONTENTION_END),
+        runs(programs::EMPTY_CONTENTION_BEGIN)?,
+        runs(programs::EMPTY_CONTENTION_END)?,
     );
     ensure!(
         begins > 0 && ends > 0,
-        "a herd of 32 on one pipe, yet the empty programs ran {begins} and {ends} times: {programs:?}"
+        "a herd of 32 on one pipe, yet the empty programs ran {begins} and {ends} times: {}",
+        shown(programs)
     );
     // Following the command's processes is the trace's, not a probe's.
     let others: Vec<&str> = programs
         .iter()
-        .filter(|p| p["run_count"].as_u64().unwrap_or(0) > 0)
-        .filter_map(|p| p["name"].as_str())
+        .filter(|p| p.run_count > 0)
+        .map(|p| p.name.as_str())
         .filter(|name| !name.starts_with("empty_") && !name.starts_with("follow_"))
         .collect();
     ensure!(
@@ -41,9 +42,9 @@ fn empty_tracepoint_programs_run_alone() -> Result<Outcome> {
         "pipelock's own programs ran beside the empty ones: {others:?}"
     );
     ensure!(
-        report["locks"].as_array().is_some_and(Vec::is_empty),
+        report.locks.is_empty(),
         "lock rows from empty programs: {}",
-        report["locks"]
+        shown(&report.locks)
     );
     println!(
         "  tracepoint, empty programs: {begins} contention_begin and {ends} contention_end runs, nothing else"

@@ -46,24 +46,23 @@ fn map_memory_is_what_the_kernel_accounts() -> Result<Outcome> {
     let report = fs::read_to_string(&json);
     let _ = fs::remove_file(&json);
     ensure!(out.status.success(), "trace: {}", text(&out.stderr));
-    let report: serde_json::Value = serde_json::from_str(&report?)?;
+    let report = parse_report(&report?)?;
     let shapes = object_shapes(OBJECT, &MapSizes::new(Some(8192))?)?;
     let cpus = possible_cpus()?;
-    let maps = report["maps"].as_array().context("no maps in the report")?;
-    ensure!(!maps.is_empty(), "no maps in the report");
-    for map in maps {
-        let name = map["name"].as_str().context("map name")?;
+    ensure!(!report.maps.is_empty(), "no maps in the report");
+    for map in &report.maps {
+        let name = map.name.as_str();
         let shape = shapes
             .iter()
             .find(|s| s.name == name)
             .with_context(|| format!("{name} is not in the object"))?;
         ensure!(
-            map["capacity"] == shape.max_entries,
+            map.capacity == shape.max_entries,
             "{name}: capacity {} but the object sized for --max-locks 8192 says {}",
-            map["capacity"],
+            map.capacity,
             shape.max_entries
         );
-        let kernel = map["memlock_bytes"].as_u64().context("memlock")? as f64;
+        let kernel = map.memlock_bytes.context("memlock")? as f64;
         let model = kernel_bytes(shape, cpus) as f64;
         ensure!(
             (model / kernel - 1.0).abs() <= 0.05,

@@ -11,6 +11,8 @@
 //! call that pipelock traces.
 use std::collections::HashMap;
 
+use pipelock_user::model::{LockClass, TraceReport};
+
 use super::*;
 
 const TRACEFS: &str = "/sys/kernel/tracing";
@@ -230,27 +232,26 @@ fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
         kept == written,
         "the trace lost events ({kept} of {written} kept): the check is void"
     );
-    let mutex = report["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|l| l["class"] == "pipe-mutex")
-        .max_by_key(|l| l["contentions"].as_u64().unwrap_or(0))
+    let mutex = report
+        .locks
+        .iter()
+        .filter(|l| l.class == Some(LockClass::PipeMutex))
+        .max_by_key(|l| l.contentions)
         .context("no pipe-mutex row")?;
-    let lock = mutex["lock_addr"].as_u64().context("no lock_addr")?;
-    let owners = mutex["owners"].as_array().context("no owners")?;
+    let lock = mutex.lock_addr;
     let waits_of = |unknown: bool| -> u64 {
-        owners
+        mutex
+            .owners
             .iter()
-            .filter(|o| (o["tid"] == 0) == unknown)
-            .filter_map(|o| o["waits"].as_u64())
+            .filter(|o| (o.tid == 0) == unknown)
+            .map(|o| o.waits)
             .sum()
     };
     let (unknown, known) = (waits_of(true), waits_of(false));
     let kernel = rebuild_waits(&trace, lock)?;
     let skips = skips::Skips::on(&report, skips::CountedPath::Mutex);
     let skipped = skips.total();
-    let contended = mutex["contentions"].as_u64().unwrap_or(0);
+    let contended = mutex.contentions;
     ensure!(
         kernel.waits > 0 && kernel.waits.abs_diff(contended) <= skipped,
         "the kernel shows {} mutex waits at {lock:#x} in read/write ({} in other syscalls; its probes missed \
@@ -259,7 +260,7 @@ fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
         kernel.waits,
         kernel.elsewhere,
         every_skip(&report),
-        report["drops"],
+        shown(&report.drops),
         trace.lines().take(20).collect::<Vec<_>>().join("\n")
     );
     // A share of a handful of waits says nothing (Debian's 6.12 under TCG
@@ -310,13 +311,12 @@ fn reference_misses() -> Result<u64> {
 }
 
 /// Every program's skipped runs, for a failure message.
-fn every_skip(report: &serde_json::Value) -> String {
-    report["programs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["recursion_misses"].as_u64().is_some_and(|n| n > 0))
-        .map(|p| format!("{} {}", p["name"].as_str().unwrap_or("?"), p["recursion_misses"]))
+fn every_skip(report: &TraceReport) -> String {
+    report
+        .programs
+        .iter()
+        .filter(|p| p.recursion_misses > 0)
+        .map(|p| format!("{} {}", p.name, p.recursion_misses))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -1,4 +1,6 @@
 //! Counts checked against an independent tool: `perf lock record` on the same run.
+use pipelock_user::workload::report::Report as RunResult;
+
 use super::*;
 
 /// Cross-check against an independent tool: `perf lock record` and
@@ -37,7 +39,7 @@ fn trace_counts_agree_with_perf_lock() -> Result<Outcome> {
             "trace + perf lock record: {}",
             text(&out.stderr)
         );
-        let report: serde_json::Value = serde_json::from_str(&text_json?)?;
+        let report = parse_report(&text_json?)?;
         match compare_with_perf(perf, &data, &report) {
             Ok(Some(compared)) => {
                 println!("  compared {compared} pipe lock(s) with perf lock record");
@@ -133,9 +135,8 @@ fn run_trace_counts_agree_with_perf_lock() -> Result<Outcome> {
             "perf lock record -- pipelock run --trace: {}",
             text(&out.stderr)
         );
-        let result: serde_json::Value = serde_json::from_str(&text_json?)?;
-        let trace = &result["trace"];
-        ensure!(trace.is_object(), "the result file has no trace");
+        let result: RunResult = serde_json::from_str(&text_json?).context("not a pipelock run result")?;
+        let trace = result.trace.as_ref().context("the result file has no trace")?;
         ensure!(
             elapsed.as_secs_f64() > 2.0,
             "the herd took {elapsed:?}: fewer than two drains"

@@ -95,23 +95,20 @@ fn callers_agree_with_perf_lock_call_chains() -> Result<Outcome> {
             void += 1;
             continue;
         }
-        let report: serde_json::Value = serde_json::from_str(&report?)?;
+        let report = parse_report(&report?)?;
         let chains = perf_chains(perf, &data)?;
         let _ = fs::remove_file(&data);
         // (lock, stack) → (pipelock's count, its margin)
         let mut ours: Vec<(u64, Vec<String>, u64, u64)> = Vec::new();
         let mut sampled = false;
-        for lock in report["locks"].as_array().context("no locks")? {
-            let addr = lock["lock_addr"].as_u64().context("no lock_addr")?;
-            for caller in lock["callers"].as_array().into_iter().flatten() {
-                let stack: Vec<String> = serde_json::from_value(caller["stack"].clone())?;
-                let margin = caller["margin"]["contentions"].as_u64();
-                sampled |= margin.is_some();
+        for lock in &report.locks {
+            for caller in &lock.callers {
+                sampled |= caller.margin.is_some();
                 ours.push((
-                    addr,
-                    stack,
-                    caller["contentions"].as_u64().unwrap_or(0),
-                    margin.unwrap_or(0),
+                    lock.lock_addr,
+                    caller.stack.clone(),
+                    caller.contentions,
+                    caller.margin.map_or(0, |m| m.contentions),
                 ));
             }
         }

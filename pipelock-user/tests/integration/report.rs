@@ -1,6 +1,11 @@
 //! `pipelock report --html` and `trace --html`: the page opened in headless
 //! Chromium must render (no console errors, its charts on screen), and each
 //! figure it shows must be the JSON's.
+use pipelock_user::{
+    model::{LockRow, Timing},
+    workload::report::Report as RunResult,
+};
+
 use super::{browser::near, *};
 
 /// Kernel A's bars (blue at 55 % over white) and B's (orange).
@@ -26,16 +31,51 @@ fn lock_values(html: &str) -> Result<Vec<(usize, String, u64)>> {
     Ok(out)
 }
 
-/// Each value the page shows of the JSON's locks equals the JSON's.
-fn check_values(html: &str, locks: &serde_json::Value) -> Result<usize> {
+/// The figure a page's `data-field` names, read from the lock row: a field
+/// the page shows that this does not know fails, so a figure is never
+/// left unchecked.
+fn figure(lock: &LockRow, field: &str) -> Result<Option<u64>> {
+    let timing = |timing: &Option<Timing>, name: &str| -> Result<Option<u64>> {
+        let Some(t) = timing else { return Ok(None) };
+        Ok(Some(match name {
+            "count" => t.count,
+            "avg_ns" => t.avg_ns,
+            "p50_ns" => t.p50_ns,
+            "p90_ns" => t.p90_ns,
+            "p99_ns" => t.p99_ns,
+            "p999_ns" => t.p999_ns,
+            "max_ns" => t.max_ns,
+            other => bail!("the page shows a timing figure this check does not know: {other}"),
+        }))
+    };
+    Ok(match field.split_once('.') {
+        Some(("wait", name)) => timing(&lock.wait, name)?,
+        Some(("hold", name)) => timing(&lock.hold, name)?,
+        Some(_) => bail!("the page shows a figure this check does not know: {field}"),
+        None => match field {
+            "contentions" => Some(lock.contentions),
+            "acquisitions" => lock.acquisitions,
+            "holder_on_cpu_ns" => lock.holder.holder_on_cpu_ns,
+            "holder_runnable_ns" => lock.holder.holder_runnable_ns,
+            "holder_sleeping_ns" => lock.holder.holder_sleeping_ns,
+            other => bail!("the page shows a figure this check does not know: {other}"),
+        },
+    })
+}
+
+/// Each value the page shows of the report's locks equals the report's.
+fn check_values(html: &str, locks: &[LockRow]) -> Result<usize> {
     let found = lock_values(html)?;
     ensure!(!found.is_empty(), "the page shows no figure");
     for (row, field, value) in &found {
-        let lock = &locks[row];
-        let want = field.split('.').fold(lock, |v, key| &v[key]).as_u64();
+        let lock = locks
+            .get(*row)
+            .with_context(|| format!("the page draws lock {row}, the report has {}", locks.len()))?;
+        let want = figure(lock, field)?;
         ensure!(
             want == Some(*value),
-            "the page shows {field} = {value} for lock {row}, the JSON {want:?}: {lock}"
+            "the page shows {field} = {value} for lock {row}, the report {want:?}: {}",
+            shown(lock)
         );
     }
     Ok(found.len())
@@ -89,9 +129,11 @@ fn report_pages_render_and_show_the_jsons_figures() -> Result<Outcome> {
     ensure!(out.status.success(), "run: {}", text(&out.stderr));
     let drawn = run(pipelock().arg("report").arg(&json).arg("--html").arg(&page))?;
     ensure!(drawn.status.success(), "report: {}", text(&drawn.stderr));
-    let result: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
+    let result: RunResult =
+        serde_json::from_str(&fs::read_to_string(&json)?).context("not a pipelock run result")?;
     let html = fs::read_to_string(&page)?;
-    let checked = check_values(&html, &result["trace"]["locks"])?;
+    let trace = result.trace.as_ref().context("the run result has no trace")?;
+    let checked = check_values(&html, &trace.locks)?;
     ensure!(html.contains("pipe-herd"), "the page does not name its workload");
     let traced = run(pipelock()
         .args(["trace", "--html"])
@@ -102,8 +144,8 @@ fn report_pages_render_and_show_the_jsons_figures() -> Result<Outcome> {
         .arg(pipelock_path())
         .args(["run", "pipe-herd", "--limit", "50000", "-q"]))?;
     ensure!(traced.status.success(), "trace --html: {}", text(&traced.stderr));
-    let trace: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
-    let direct_checked = check_values(&fs::read_to_string(&direct)?, &trace["locks"])?;
+    let trace = parse_report(&fs::read_to_string(&json)?)?;
+    let direct_checked = check_values(&fs::read_to_string(&direct)?, &trace.locks)?;
     let shot = rendered(&page, "report.png", &[BAR_A]);
     let _ = (
         fs::remove_file(&json),

@@ -9,6 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use pipelock_user::model::{LockClass, TraceReport};
+
 use super::*;
 
 /// A loopback port nothing listens on now.
@@ -249,18 +251,20 @@ fn serve_exports_what_a_trace_of_the_same_herd_sees() -> Result<Outcome> {
     let hooked = mode != "tracepoint";
     let histograms = histograms_are_well_formed(&after, hooked)?;
     let served = after.get(key).copied().unwrap_or(0.0) - before.get(key).copied().unwrap_or(0.0);
-    let traced: u64 = report["locks"]
-        .as_array()
-        .context("no locks")?
+    let traced: u64 = report
+        .locks
         .iter()
-        .filter(|l| l["class"] == "pipe-mutex")
-        .filter_map(|l| l["contentions"].as_u64())
+        .filter(|l| l.class == Some(LockClass::PipeMutex))
+        .map(|l| l.contentions)
         .sum();
     ensure!(traced > 0, "the trace saw no pipe-mutex contention");
     // Skipped runs are said in the trace's notes, with the cause where
     // the kernel preempts fentry programs (Debian's 6.18: lazy).
-    let skipped = report["drops"]["recursion_misses"].as_u64().unwrap_or(0);
-    let notes = report["notes"].to_string();
+    let skipped = *report
+        .drops
+        .get("recursion_misses")
+        .context("no recursion_misses among the drops")?;
+    let notes = report.notes.join(" | ");
     ensure!(
         (skipped == 0) != notes.contains(&format!("the kernel skipped {skipped} runs")),
         "{skipped} skipped runs, notes {notes}"
@@ -296,7 +300,7 @@ register!(Kernel serve_exports_what_a_trace_of_the_same_herd_sees);
 fn mutex_path_misses(
     before: &BTreeMap<String, f64>,
     after: &BTreeMap<String, f64>,
-    report: &serde_json::Value,
+    report: &TraceReport,
 ) -> (f64, f64) {
     let on_path = |program: &str| skips::CountedPath::Mutex.has(program);
     let prefix = "pipelock_bpf_recursion_misses_total{program=\"";
@@ -318,7 +322,7 @@ fn mutex_path_misses(
 fn where_they_differ(
     before: &BTreeMap<String, f64>,
     after: &BTreeMap<String, f64>,
-    report: &serde_json::Value,
+    report: &TraceReport,
 ) -> String {
     let prefix = "pipelock_top_lock_contentions_total{class=\"pipe_mutex\",lock=\"";
     let mut by_lock: BTreeMap<String, (f64, u64)> = BTreeMap::new();
@@ -327,11 +331,9 @@ fn where_they_differ(
             by_lock.entry(name.to_owned()).or_default().0 = value - before.get(key).copied().unwrap_or(0.0);
         }
     }
-    for lock in report["locks"].as_array().into_iter().flatten() {
-        if lock["class"] == "pipe-mutex"
-            && let Some(name) = lock["name"].as_str()
-        {
-            by_lock.entry(name.to_owned()).or_default().1 += lock["contentions"].as_u64().unwrap_or(0);
+    for lock in &report.locks {
+        if lock.class == Some(LockClass::PipeMutex) {
+            by_lock.entry(lock.name.clone()).or_default().1 += lock.contentions;
         }
     }
     let mut differ: Vec<_> = by_lock
@@ -352,18 +354,17 @@ fn where_they_differ(
         .filter(|(k, v)| k.starts_with("pipelock_dropped_events") && **v > 0.0)
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
-    let trace_misses: Vec<String> = report["programs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["recursion_misses"].as_u64().unwrap_or(0) > 0)
-        .map(|p| format!("{} {}", p["name"].as_str().unwrap_or("?"), p["recursion_misses"]))
+    let trace_misses: Vec<String> = report
+        .programs
+        .iter()
+        .filter(|p| p.recursion_misses > 0)
+        .map(|p| format!("{} {}", p.name, p.recursion_misses))
         .collect();
     format!(
         "locks that differ: [{}]; exporter dropped: [{}]; trace drops {}; trace's programs that missed runs: [{}]",
         locks.join(", "),
         dropped.join(", "),
-        report["drops"],
+        shown(&report.drops),
         trace_misses.join(", ")
     )
 }

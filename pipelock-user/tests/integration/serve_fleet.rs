@@ -479,9 +479,9 @@ fn trace_runs_with_cap_bpf_and_cap_perfmon_alone() -> Result<Outcome> {
         .args(["--", &bin, "run", "pipe-herd", "--limit", "50000", "-q"]))?;
     let stderr = text(&out.stderr);
     ensure!(out.status.success(), "trace as nobody: {:?} {stderr}", out.status);
-    let report: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
+    let report = parse_report(&fs::read_to_string(&json)?)?;
     let _ = fs::remove_file(&json);
-    let notes = report.to_string();
+    let notes = report.notes.join(" | ");
     ensure!(
         notes.contains("lacks CAP_SYSLOG"),
         "no note of the missing CAP_SYSLOG: {notes:.2000}"
@@ -490,12 +490,7 @@ fn trace_runs_with_cap_bpf_and_cap_perfmon_alone() -> Result<Outcome> {
         stderr.contains("needs CAP_SYS_ADMIN"),
         "no word of the run-time statistics: {stderr}"
     );
-    let contended = report["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|row| row["contentions"].as_u64())
-        .sum::<u64>();
+    let contended = report.locks.iter().map(|row| row.contentions).sum::<u64>();
     ensure!(contended > 0, "no contention counted as nobody: {notes:.2000}");
     println!(
         "  as nobody with CAP_BPF and CAP_PERFMON: {contended} contended waits; CAP_SYSLOG and CAP_SYS_ADMIN named where missing"

@@ -8,6 +8,8 @@
 //! answer by no more than the skipped runs of its own path's programs.
 use std::fmt;
 
+use pipelock_user::model::{LockRow, ProgramStats, TraceReport, fixtures};
+
 use super::*;
 
 /// A counted path: the programs whose skipped run can lose one of its events.
@@ -42,15 +44,13 @@ impl CountedPath {
 pub(super) struct Skips(Vec<(String, u64)>);
 
 impl Skips {
-    pub(super) fn on(report: &serde_json::Value, path: CountedPath) -> Self {
+    pub(super) fn on(report: &TraceReport, path: CountedPath) -> Self {
         Self(
-            report["programs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|p| Some((p["name"].as_str()?, p["recursion_misses"].as_u64()?)))
-                .filter(|(name, misses)| *misses > 0 && path.has(name))
-                .map(|(name, misses)| (name.to_owned(), misses))
+            report
+                .programs
+                .iter()
+                .filter(|p| p.recursion_misses > 0 && path.has(&p.name))
+                .map(|p| (p.name.clone(), p.recursion_misses))
                 .collect(),
         )
     }
@@ -75,22 +75,16 @@ impl fmt::Display for Skips {
 /// no more than the runs the kernel skipped on the mutex's path (a skipped
 /// lock call loses its acquisition, and its release is then one without a
 /// start: dropped). Gives the count and, where runs were skipped, says so.
-pub(super) fn exact_mutex_count(
-    report: &serde_json::Value,
-    row: &serde_json::Value,
-    want: u64,
-) -> Result<String> {
-    let acquisitions = row["acquisitions"]
-        .as_u64()
-        .context("the row has no acquisitions")?;
-    let dropped = row["dropped"].as_u64().context("the row has no dropped count")?;
+pub(super) fn exact_mutex_count(report: &TraceReport, row: &LockRow, want: u64) -> Result<String> {
+    let acquisitions = row.acquisitions.context("the row has no acquisitions")?;
+    let dropped = row.dropped.context("the row has no dropped count")?;
     let skips = Skips::on(report, CountedPath::Mutex);
     let skipped = skips.total();
     ensure!(
         acquisitions <= want && acquisitions + skipped >= want && dropped <= skipped,
         "pipe mutex acquired {acquisitions} times, {dropped} dropped; want exactly {want}, 0 \
-         (runs skipped on the mutex's path: {skips}; trace's notes: {})",
-        report["notes"]
+         (runs skipped on the mutex's path: {skips}; trace's notes: {:?})",
+        report.notes
     );
     Ok(if skipped > 0 {
         format!("{acquisitions} (runs the kernel skipped on the mutex's path: {skips})")
@@ -104,20 +98,26 @@ pub(super) fn exact_mutex_count(
 /// acquisitions, with 3 skipped runs on the mutex's path and hundreds on
 /// others.
 fn an_exact_count_allows_only_its_own_paths_skipped_runs() -> Result<Outcome> {
-    let report = |mutex_misses: u64| {
-        serde_json::json!({
-            "notes": [],
-            "programs": [
-                {"name": "mutex_lock_entry", "run_count": 200, "run_time_ns": 1, "recursion_misses": mutex_misses},
-                {"name": "pipe_write_entry", "run_count": 50, "run_time_ns": 1, "recursion_misses": 0},
-                {"name": "spin_lock_irq_entry", "run_count": 900, "run_time_ns": 1, "recursion_misses": 400},
-                {"name": "holder_switch", "run_count": 900, "run_time_ns": 1, "recursion_misses": 300},
-                {"name": "lockref_get_entry", "run_count": 9, "run_time_ns": 1, "recursion_misses": 100},
-            ],
-        })
+    let program = |name: &str, runs: u64, misses: u64| ProgramStats {
+        name: name.to_owned(),
+        run_count: runs,
+        run_time_ns: 1,
+        recursion_misses: misses,
     };
-    let row = serde_json::json!({"acquisitions": 95, "dropped": 0});
-    let short = exact_mutex_count(&report(3), &row, 100);
+    let report = |mutex_misses: u64| {
+        let mut report = fixtures::sample();
+        report.programs = vec![
+            program("mutex_lock_entry", 200, mutex_misses),
+            program("pipe_write_entry", 50, 0),
+            program("spin_lock_irq_entry", 900, 400),
+            program("holder_switch", 900, 300),
+            program("lockref_get_entry", 9, 100),
+        ];
+        report.locks[0].acquisitions = Some(95);
+        report.locks[0].dropped = Some(0);
+        report
+    };
+    let short = exact_mutex_count(&report(3), &report(3).locks[0], 100);
     let message = format!(
         "{:#}",
         short
@@ -130,14 +130,28 @@ fn an_exact_count_allows_only_its_own_paths_skipped_runs() -> Result<Outcome> {
         "the failure does not name the path's skips alone: {message}"
     );
     ensure!(
-        exact_mutex_count(&report(5), &row, 100)?
+        exact_mutex_count(&report(5), &report(5).locks[0], 100)?
             == "95 (runs the kernel skipped on the mutex's path: mutex_lock_entry 5)",
         "a loss of 5 with 5 skipped on the path"
     );
-    let renamed = serde_json::json!({"acquisitions": 100, "drops": 7});
+    // pipelock's own JSON with the row's `dropped` renamed: read back, the
+    // row has no dropped count, and the check fails instead of reading 0.
+    let mut json = serde_json::to_value(report(5))?;
+    let row = json["locks"][0]
+        .as_object_mut()
+        .context("the fixture has no lock row")?;
+    let dropped = row
+        .remove("dropped")
+        .context("the fixture row has no `dropped`")?;
+    row.insert("drops".to_owned(), dropped);
+    let renamed = parse_report(&json.to_string())?;
     ensure!(
-        exact_mutex_count(&report(0), &renamed, 100).is_err(),
-        "a report without `dropped` read as none dropped"
+        exact_mutex_count(&renamed, &renamed.locks[0], 95).is_err(),
+        "a report whose `dropped` was renamed read as none dropped"
+    );
+    ensure!(
+        exact_mutex_count(&report(5), &report(5).locks[0], 95).is_ok(),
+        "the same report with `dropped` fails: the renamed check proves nothing"
     );
     for (program, mutex, spin) in [
         ("mutex_lock_entry", true, false),

@@ -7,6 +7,8 @@ use std::{
     time::Duration,
 };
 
+use pipelock_user::model::{LockClass, LockRow, TraceReport};
+
 use super::*;
 
 /// A pipe (read end, write end) and its inode number.
@@ -192,11 +194,9 @@ pub(super) fn uring_pipe_io(args: &[String]) -> ! {
 }
 
 /// The pipe-mutex row of pipe `ino`.
-fn mutex_row(report: &serde_json::Value, ino: u64) -> Result<&serde_json::Value> {
-    pipe_rows(report, ino)
-        .into_iter()
-        .find(|r| r["class"] == "pipe-mutex")
-        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {report}"))
+fn mutex_row(report: &TraceReport, ino: u64) -> Result<&LockRow> {
+    row_of(&pipe_rows(report, ino), LockClass::PipeMutex)
+        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", shown(report)))
 }
 
 fn fentry_counts_splice_tee_vmsplice() -> Result<Outcome> {
@@ -229,7 +229,11 @@ fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
         bail!("helper facts: {facts}")
     };
     // No two threads here share a per-thread slot (counted if they did).
-    ensure!(report["drops"]["slot_busy"] == 0, "drops: {}", report["drops"]);
+    ensure!(
+        report.drops.get("slot_busy") == Some(&0),
+        "drops: {}",
+        shown(&report.drops)
+    );
     for (ino, want, calls) in [
         (a, 4 * N, "splice in + tee + vmsplice + read"),
         (b, 2 * N, "tee + splice out"),
@@ -299,8 +303,12 @@ fn tracepoint_names_the_pipe_of_splice_calls() -> Result<Outcome> {
     )?;
     let ino: u64 = facts.trim().parse()?;
     let row = mutex_row(&report, ino)?;
-    let contended = row["contentions"].as_u64().unwrap_or(0);
-    ensure!(contended > 0, "pipe:[{ino}]: no contention recorded: {row}");
+    let contended = row.contentions;
+    ensure!(
+        contended > 0,
+        "pipe:[{ino}]: no contention recorded: {}",
+        shown(row)
+    );
     println!("  pipe:[{ino}]: {contended} contended acquisitions inside splice/tee/vmsplice calls");
     Ok(Outcome::Passed)
 }

@@ -1,5 +1,12 @@
 //! `pipelock trace` on the host's herd and on commands: rows, foreign locks, whose locks, how a trace ends, filters, interval CSV.
+use pipelock_user::model::{LockClass, LockRow};
+
 use super::*;
+
+/// A row of one of a pipe's own locks (its mutex or a wait-queue lock).
+fn is_pipe_lock(row: &LockRow) -> bool {
+    row.class.is_some_and(|c| c.name().starts_with("pipe-"))
+}
 
 fn trace_sees_the_herds_pipe_locks() -> Result<Outcome> {
     // Enough tokens that the herd contends its pipe even when the
@@ -13,41 +20,33 @@ fn trace_sees_the_herds_pipe_locks() -> Result<Outcome> {
         Ok(report) => report,
         Err(skip) => return Ok(skip),
     };
-    let locks = report["locks"].as_array().context("no locks array")?;
-    let pipe_rows: Vec<&serde_json::Value> = locks
-        .iter()
-        .filter(|l| l["class"].as_str().is_some_and(|c| c.starts_with("pipe-")))
-        .collect();
+    let pipe_rows: Vec<&LockRow> = report.locks.iter().filter(|l| is_pipe_lock(l)).collect();
     ensure!(
         !pipe_rows.is_empty(),
-        "32 processes on one pipe, yet no pipe lock row: {report}"
+        "32 processes on one pipe, yet no pipe lock row: {}",
+        shown(&report)
     );
-    let contended: u64 = pipe_rows.iter().filter_map(|l| l["contentions"].as_u64()).sum();
+    let contended: u64 = pipe_rows.iter().map(|l| l.contentions).sum();
     ensure!(contended > 0, "pipe rows without contentions");
-    let inos: std::collections::BTreeSet<u64> =
-        pipe_rows.iter().filter_map(|l| l["pipe_ino"].as_u64()).collect();
+    let unnamed: Vec<&&LockRow> = pipe_rows
+        .iter()
+        .filter(|l| l.pipe_ino.is_none_or(|ino| ino == 0))
+        .collect();
     ensure!(
-        !inos.is_empty() && !inos.contains(&0),
-        "pipe rows without a pipe inode: {inos:?}"
+        unnamed.is_empty(),
+        "pipe rows without a pipe inode: {}",
+        shown(&unnamed)
     );
     for row in &pipe_rows {
         ensure!(
-            row["hold"].is_null() && row["acquisitions"].is_null(),
-            "tracepoint mode claims hold/acquisitions: {row}"
+            row.hold.is_none() && row.acquisitions.is_none(),
+            "tracepoint mode claims hold/acquisitions: {}",
+            shown(row)
         );
-        ensure!(
-            row["comms"].as_array().is_some_and(|c| !c.is_empty()),
-            "no process recorded: {row}"
-        );
-        check_percentiles(row, "wait")?;
+        ensure!(!row.comms.is_empty(), "no process recorded: {}", shown(row));
+        check_percentiles(row, Kind::Wait)?;
     }
-    ensure!(
-        report["mode"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("tracepoint")),
-        "mode: {}",
-        report["mode"]
-    );
+    ensure!(report.mode.starts_with("tracepoint"), "mode: {}", report.mode);
     Ok(Outcome::Passed)
 }
 register!(Kernel trace_sees_the_herds_pipe_locks);
@@ -66,16 +65,13 @@ fn herds_foreign_locks_are_named() -> Result<Outcome> {
         Ok(report) => report,
         Err(skip) => return Ok(skip),
     };
-    let locks = report["locks"].as_array().context("no locks array")?;
-    let mut others: Vec<(&str, u64, u64)> = locks
+    let mut others: Vec<(&str, u64, u64)> = report
+        .locks
         .iter()
-        .filter(|l| l["class"] == "other-in-pipe-call")
-        .filter_map(|l| {
-            Some((
-                l["name"].as_str()?,
-                l["wait"]["total_ns"].as_u64()?,
-                l["contentions"].as_u64()?,
-            ))
+        .filter(|l| l.class == Some(LockClass::OtherInPipeCall))
+        .map(|l| {
+            let wait = l.wait.as_ref().map_or(0, |w| w.total_ns);
+            (l.name.as_str(), wait, l.contentions)
         })
         .collect();
     others.sort_by_key(|(_, wait, _)| std::cmp::Reverse(*wait));
@@ -122,7 +118,7 @@ fn trace_of_an_unshared_pipe_has_no_pipe_rows() -> Result<Outcome> {
     // (other-in-pipe-call rows); the pipe's own locks must not be.
     let rows: Vec<_> = pipe_rows(&report, ino)
         .into_iter()
-        .filter(|r| r["class"].as_str().is_some_and(|c| c.starts_with("pipe-")))
+        .filter(|r| is_pipe_lock(r))
         .collect();
     ensure!(
         rows.is_empty(),
@@ -171,27 +167,31 @@ fn trace_follows_only_the_commands_process_tree() -> Result<Outcome> {
     let out = out?;
     ensure!(out.status.success(), "trace: {}", text(&out.stderr));
     ensure!(beside_status.success(), "the churn beside the trace failed");
-    let report: serde_json::Value = serde_json::from_str(&report?)?;
+    let report = parse_report(&report?)?;
     let inodes = |text: String| -> Result<std::collections::BTreeSet<u64>> {
         Ok(text.lines().map(str::parse).collect::<Result<_, _>>()?)
     };
     let (made_in, made_out) = (inodes(made_in?)?, inodes(made_out?)?);
-    let rows = report["locks"].as_array().context("no locks")?;
     let mut seen_in = 0;
-    for row in rows {
-        let Some(ino) = row["pipe_ino"].as_u64() else {
+    for row in &report.locks {
+        let Some(ino) = row.pipe_ino else {
             continue;
         };
         ensure!(
             !made_out.contains(&ino),
-            "a pipe of the process beside COMMAND was traced: {row}"
+            "a pipe of the process beside COMMAND was traced: {}",
+            shown(row)
         );
         seen_in += usize::from(made_in.contains(&ino));
     }
-    ensure!(seen_in > 0, "none of COMMAND's pipes was traced: {report}");
+    ensure!(
+        seen_in > 0,
+        "none of COMMAND's pipes was traced: {}",
+        shown(&report)
+    );
     println!(
         "  {} rows of COMMAND's {pipes_in} pipes, none of the {pipes_out} beside it ({})",
-        seen_in, report["mode"]
+        seen_in, report.mode
     );
     Ok(Outcome::Passed)
 }
@@ -255,20 +255,15 @@ fn tracepoint_mode_says_lockref_is_unavailable() -> Result<Outcome> {
         return Ok(skip);
     }
     let (report, _) = trace_stat_storm("tracepoint", 10)?;
-    let notes = report["notes"].as_array().context("no notes")?;
     ensure!(
-        notes
-            .iter()
-            .any(|n| n.as_str().is_some_and(|n| n.starts_with("lockref: n/a"))),
-        "tracepoint mode does not say lockref is unavailable: {notes:?}"
+        report.notes.iter().any(|n| n.starts_with("lockref: n/a")),
+        "tracepoint mode does not say lockref is unavailable: {:?}",
+        report.notes
     );
     ensure!(
-        !report["locks"]
-            .as_array()
-            .context("no locks")?
-            .iter()
-            .any(|r| r["class"] == "lockref"),
-        "tracepoint mode invented lockref rows: {report}"
+        !report.locks.iter().any(|r| r.class == Some(LockClass::Lockref)),
+        "tracepoint mode invented lockref rows: {}",
+        shown(&report)
     );
     Ok(Outcome::Passed)
 }
@@ -283,8 +278,11 @@ fn comm_filter_keeps_only_that_command() -> Result<Outcome> {
         Ok(report) => report,
         Err(skip) => return Ok(skip),
     };
-    let rows = report["locks"].as_array().context("no locks")?;
-    ensure!(rows.is_empty(), "-c no-such-comm still recorded: {rows:?}");
+    ensure!(
+        report.locks.is_empty(),
+        "-c no-such-comm still recorded: {}",
+        shown(&report.locks)
+    );
     // Tracepoint mode sees contended waits only, and under emulation a
     // herd may contend a handful of times or none (9 in a typical 6.18
     // guest run): a run that recorded nothing is tried again.
@@ -295,28 +293,26 @@ fn comm_filter_keeps_only_that_command() -> Result<Outcome> {
             Ok(report) => report,
             Err(skip) => return Ok(skip),
         };
-        let recorded = report["locks"].as_array().is_some_and(|rows| !rows.is_empty());
-        if recorded || attempts == 5 {
+        if !report.locks.is_empty() || attempts == 5 {
             break report;
         }
     };
-    let rows = report["locks"].as_array().context("no locks")?;
+    let rows = &report.locks;
     ensure!(
         !rows.is_empty(),
-        "-c pipelock recorded nothing of its own herd in {attempts} runs: {report}"
+        "-c pipelock recorded nothing of its own herd in {attempts} runs: {}",
+        shown(&report)
     );
-    let contended: u64 = rows.iter().filter_map(|r| r["contentions"].as_u64()).sum();
+    let contended: u64 = rows.iter().map(|r| r.contentions).sum();
     println!(
         "  -c pipelock: {} rows, {contended} contended waits (run {attempts})",
         rows.len()
     );
     for row in rows {
-        let comms = row["comms"].as_array().context("no comms")?;
         ensure!(
-            comms
-                .iter()
-                .all(|c| c.as_str().is_some_and(|c| c.starts_with("pipelock("))),
-            "a process other than pipelock on a -c pipelock row: {row}"
+            row.comms.iter().all(|c| c.starts_with("pipelock(")),
+            "a process other than pipelock on a -c pipelock row: {}",
+            shown(row)
         );
     }
     Ok(Outcome::Passed)
@@ -387,13 +383,13 @@ fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
             .or_default() += record[contended_col].parse::<u64>()?;
     }
     ensure!(stamps.len() >= 2, "want several intervals, got {stamps:?}");
-    let report: serde_json::Value = serde_json::from_str(&json_text?)?;
-    let locks = report["locks"].as_array().context("no locks")?;
+    let report = parse_report(&json_text?)?;
+    let locks = &report.locks;
     ensure!(!locks.is_empty(), "the whole run saw no lock");
     for lock in locks {
-        let addr = format!("{:#x}", lock["lock_addr"].as_u64().context("lock_addr")?);
-        let name = lock["name"].as_str().context("name")?.to_owned();
-        let total = lock["contentions"].as_u64().context("contentions")?;
+        let addr = format!("{:#x}", lock.lock_addr);
+        let name = lock.name.clone();
+        let total = lock.contentions;
         let summed = per_lock.get(&(addr.clone(), name.clone()));
         ensure!(
             summed == Some(&total),

@@ -9,6 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use pipelock_user::model::{HolderState, LockClass, LockRow, OwnerRow, TraceReport};
+
 use super::*;
 
 const PAGE: usize = 4096;
@@ -319,33 +321,35 @@ pub(super) fn preempted_holder(args: &[String]) -> ! {
 }
 
 /// The pipe-mutex row of pipe `ino` and, in it, owner `tid`.
-fn mutex_row_and_owner(
-    report: &serde_json::Value,
-    ino: u64,
-    tid: u64,
-) -> Result<(serde_json::Value, serde_json::Value)> {
-    let row = report["locks"]
-        .as_array()
-        .context("no locks")?
-        .iter()
-        .find(|l| l["class"] == "pipe-mutex" && l["pipe_ino"] == ino)
-        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", report["locks"]))?
+fn mutex_row_and_owner(report: &TraceReport, ino: u64, tid: u64) -> Result<(LockRow, OwnerRow)> {
+    let row = row_of(&pipe_rows(report, ino), LockClass::PipeMutex)
+        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", shown(&report.locks)))?
         .clone();
-    let owner = row["owners"]
-        .as_array()
-        .context("no owners")?
+    let owner = row
+        .owners
         .iter()
-        .find(|o| o["tid"] == tid)
-        .with_context(|| format!("holder {tid} is not among the owners: {}", row["owners"]))?
+        .find(|o| u64::from(o.tid) == tid)
+        .with_context(|| format!("holder {tid} is not among the owners: {}", shown(&row.owners)))?
         .clone();
     Ok((row, owner))
 }
 
-fn ns(value: &serde_json::Value, field: &str) -> Result<u64> {
-    value[field]
-        .as_u64()
-        .with_context(|| format!("{field} missing: {value}"))
+/// What a holder was doing, as (on a CPU, runnable, sleeping) ns; an error
+/// where the split was not measured.
+fn split(state: &HolderState) -> Result<[u64; 3]> {
+    match (
+        state.holder_on_cpu_ns,
+        state.holder_runnable_ns,
+        state.holder_sleeping_ns,
+    ) {
+        (Some(on_cpu), Some(runnable), Some(sleeping)) => Ok([on_cpu, runnable, sleeping]),
+        _ => bail!("no holder split: {}", shown(state)),
+    }
 }
+
+/// The places of [`split`]'s runnable and sleeping states (on a CPU is 0).
+const RUNNABLE: usize = 1;
+const SLEEPING: usize = 2;
 
 /// (INO, TID) as a helper wrote them.
 fn ino_and_tid(facts: &str) -> Result<(u64, u64)> {
@@ -394,16 +398,14 @@ fn holder_trace_args(mode: &str) -> Vec<&str> {
 /// In the hooked modes, the pipe-mutex row's holds: the share of them the
 /// holders spent in `state` (the holder's long hold dominates the writers'
 /// short ones). None in tracepoint mode.
-fn hold_share(mode: &str, row: &serde_json::Value, state: &str) -> Result<Option<f64>> {
+fn hold_share(mode: &str, row: &LockRow, state: usize) -> Result<Option<f64>> {
     if mode == "tracepoint" {
         return Ok(None);
     }
-    let total: u64 = ["hold_on_cpu_ns", "hold_runnable_ns", "hold_sleeping_ns"]
-        .iter()
-        .map(|f| ns(row, f))
-        .sum::<Result<u64>>()?;
-    ensure!(total > 0, "{mode}: no hold split: {row}");
-    Ok(Some(ns(row, state)? as f64 / total as f64))
+    let holds = split(&row.holds.as_holder()).with_context(|| format!("{mode}: the holds"))?;
+    let total: u64 = holds.iter().sum();
+    ensure!(total > 0, "{mode}: no hold split: {}", shown(row));
+    Ok(Some(holds[state] as f64 / total as f64))
 }
 
 fn sleeping_holder_in(mode: &str) -> Result<()> {
@@ -415,34 +417,34 @@ fn sleeping_holder_in(mode: &str) -> Result<()> {
     )?;
     let (ino, tid) = ino_and_tid(&facts)?;
     let (row, owner) = mutex_row_and_owner(&report, ino, tid).with_context(|| mode.to_owned())?;
-    let waits = ns(&owner, "waits")?;
+    let waits = owner.waits;
     ensure!(
         waits >= rounds && waits <= 2 * rounds,
         "{waits} waits for the holder, want {rounds}..{} (two writers a round, one of which may find the \
-         other owning it): {owner}",
-        2 * rounds
+         other owning it): {}",
+        2 * rounds,
+        shown(&owner)
     );
-    let max = ns(&owner, "wait_max_ns")?;
+    let max = owner.wait_max_ns;
     let fault = FAULT_MS * 1_000_000;
     ensure!(
         max >= fault * 8 / 10 && max <= fault * 3,
-        "longest wait {max} ns, want ≈ {fault}: {owner}"
+        "longest wait {max} ns, want ≈ {fault}: {}",
+        shown(&owner)
     );
-    let (sleeping, total) = (
-        ns(&owner, "holder_sleeping_ns")?,
-        ns(&owner, "holder_on_cpu_ns")?
-            + ns(&owner, "holder_runnable_ns")?
-            + ns(&owner, "holder_sleeping_ns")?,
-    );
+    let states = split(&owner.holder)?;
+    let (sleeping, total) = (states[SLEEPING], states.iter().sum::<u64>());
     ensure!(
         sleeping * 10 >= total * 8 && total > 0,
-        "the holder slept {sleeping} of {total} ns of the waits it caused, want ≥ 80 %: {owner}"
+        "the holder slept {sleeping} of {total} ns of the waits it caused, want ≥ 80 %: {}",
+        shown(&owner)
     );
     ensure!(
-        ns(&row, "holder_sleeping_ns")? >= sleeping,
-        "the row's sleeping time is at least its owner's: {row}"
+        split(&row.holder)?[SLEEPING] >= sleeping,
+        "the row's sleeping time is at least its owner's: {}",
+        shown(&row)
     );
-    let holds = hold_share(mode, &row, "hold_sleeping_ns")?;
+    let holds = hold_share(mode, &row, SLEEPING)?;
     if let Some(share) = holds {
         ensure!(
             share >= 0.8,
@@ -488,40 +490,39 @@ fn known_waits_read_back_as_their_percentiles() -> Result<Outcome> {
         &["--uffd-holder", "10", "--fault-ms", &list],
     )?;
     let (ino, _) = ino_and_tid(&facts)?;
-    let row = report["locks"]
-        .as_array()
-        .context("no locks")?
-        .iter()
-        .find(|l| l["class"] == "pipe-mutex" && l["pipe_ino"] == ino)
-        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", report["locks"]))?;
-    let wait = &row["wait"];
+    let row = row_of(&pipe_rows(&report, ino), LockClass::PipeMutex)
+        .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", shown(&report.locks)))?;
+    let wait = row.wait.as_ref().context("no wait timing")?;
     ensure!(
-        ns(wait, "count")? == 20,
-        "{} waits, want 2 a round: {wait}",
-        wait["count"]
+        wait.count == 20,
+        "{} waits, want 2 a round: {}",
+        wait.count,
+        shown(wait)
     );
-    let bound = wait["percentile_error"]
-        .as_f64()
-        .with_context(|| format!("no error bound: {wait}"))?;
+    let bound = wait
+        .percentile_error
+        .with_context(|| format!("no error bound: {}", shown(wait)))?;
     ensure!(bound <= 0.0625, "the stated bound {bound} is over 6.25 %");
-    let max = ns(wait, "max_ns")?;
+    let max = wait.max_ns;
     ensure!(
         max + NOISE_MS * MS >= 110 * MS,
-        "the longest wait {max} ns is shorter than its 110 ms fault: {wait}"
+        "the longest wait {max} ns is shorter than its 110 ms fault: {}",
+        shown(wait)
     );
-    for (q, field) in [(0.5, "p50_ns"), (0.9, "p90_ns")] {
+    for (q, field, got) in [(0.5, "p50_ns", wait.p50_ns), (0.9, "p90_ns", wait.p90_ns)] {
         let rank = (q * 20.0f64).ceil() as usize;
         let fault = faults[(rank - 1) / 2];
         let low = ((fault - NOISE_MS) * MS) as f64 * (1.0 - bound);
         let high = ((fault + NOISE_MS) * MS) as f64 * (1.0 + bound);
-        let got = ns(wait, field)? as f64;
+        let got = got as f64;
         ensure!(
             (low..=high).contains(&got),
-            "{field} {:.2} ms, want {:.2}..{:.2} ms (the {fault} ms round's wait ± {NOISE_MS} ms, within {:.2} %): {wait}",
+            "{field} {:.2} ms, want {:.2}..{:.2} ms (the {fault} ms round's wait ± {NOISE_MS} ms, within {:.2} %): {}",
             got / 1e6,
             low / 1e6,
             high / 1e6,
-            bound * 100.0
+            bound * 100.0,
+            shown(wait)
         );
         println!("  {field} {:.2} ms for the {fault} ms round", got / 1e6);
     }
@@ -563,11 +564,9 @@ fn preempted_holder_in(mode: &str) -> Result<()> {
     // them): runnable must be the largest state, and add up to at least
     // four fifths of ROUNDS × HOG_MS.
     let expected = u64::from(rounds) * HOG_MS * 1_000_000 * 8 / 10;
-    let holds = hold_share(mode, &row, "hold_runnable_ns")?;
+    let holds = hold_share(mode, &row, RUNNABLE)?;
     if holds.is_some() {
-        let [on_cpu, runnable, sleeping] =
-            ["hold_on_cpu_ns", "hold_runnable_ns", "hold_sleeping_ns"].map(|f| ns(&row, f));
-        let (on_cpu, runnable, sleeping) = (on_cpu?, runnable?, sleeping?);
+        let [on_cpu, runnable, sleeping] = split(&row.holds.as_holder())?;
         ensure!(
             runnable >= expected && runnable > on_cpu && runnable > sleeping,
             "{mode}: the holds were {:.1} ms runnable, {:.1} ms on a CPU, {:.1} ms sleeping; want runnable the \
@@ -578,22 +577,21 @@ fn preempted_holder_in(mode: &str) -> Result<()> {
             expected as f64 / 1e6
         );
     }
-    let [on_cpu, runnable, sleeping] =
-        ["holder_on_cpu_ns", "holder_runnable_ns", "holder_sleeping_ns"].map(|f| ns(&owner, f));
-    let (on_cpu, runnable, sleeping) = (on_cpu?, runnable?, sleeping?);
+    let [on_cpu, runnable, sleeping] = split(&owner.holder)?;
     let total = on_cpu + runnable + sleeping;
     ensure!(
         runnable >= expected && runnable > on_cpu && runnable > sleeping,
         "the waits the holder caused: {:.1} ms with it runnable, {:.1} ms on a CPU, {:.1} ms sleeping; want \
-         runnable the most, and ≥ {:.1} ms: {owner}",
+         runnable the most, and ≥ {:.1} ms: {}",
         runnable as f64 / 1e6,
         on_cpu as f64 / 1e6,
         sleeping as f64 / 1e6,
-        expected as f64 / 1e6
+        expected as f64 / 1e6,
+        shown(&owner)
     );
     println!(
         "  {mode}: {} waits for the preempted holder, {:.1} ms in all, holder runnable {:.0} % of it{}",
-        ns(&owner, "waits")?,
+        owner.waits,
         total as f64 / 1e6,
         runnable as f64 * 100.0 / total as f64,
         holds.map_or(String::new(), |s| format!("; holds {:.0} % runnable", s * 100.0))
