@@ -119,6 +119,27 @@ macro_rules! register {
     };
 }
 use register;
+
+/// One test per attach mode, all running the same body (`fn body(mode:
+/// &str) -> Result<Outcome>`), each registered under its own name:
+///
+/// ```text
+/// per_mode!(Kernel body {
+///     fentry_does_it: "fentry",
+///     kprobe_does_it: "kprobe",
+/// });
+/// ```
+macro_rules! per_mode {
+    ($scope:ident $body:ident { $($name:ident: $mode:literal),+ $(,)? }) => {
+        $(
+            fn $name() -> Result<Outcome> {
+                $body($mode)
+            }
+            register!($scope $name);
+        )+
+    };
+}
+use per_mode;
 use traced::{
     Kind, busiest, check_percentiles, parse_report, pipe_rows, row_of, shown, trace_exact_pipe_io,
     trace_exact_pipe_io_with, trace_helper, trace_json, trace_stat_storm,

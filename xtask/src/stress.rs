@@ -152,17 +152,25 @@ struct Load(Child);
 
 impl Load {
     fn start(kind: LoadKind, pipelock: &Path) -> Result<Option<Self>> {
-        let script = match kind {
+        let work = match kind {
             LoadKind::None => return Ok(None),
             LoadKind::Cpu => {
                 let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-                format!("for i in $(seq {cpus}); do (while :; do :; done) & done; wait")
+                format!("for i in $(seq {cpus}); do (while :; do :; done) & done")
             }
             LoadKind::Herd => format!(
-                "while :; do {} run pipe-herd --limit 200000 -q >/dev/null 2>&1; done",
+                "(while :; do {} run pipe-herd --limit 200000 -q >/dev/null 2>&1; done) &",
                 pipelock.display()
             ),
         };
+        // The load is a process group of its own (a Ctrl-C meant for the
+        // tests does not reach it), so a stress run stopped by a signal,
+        // which skips `Drop`, would leave it running: it watches for this
+        // process and ends itself once that is gone.
+        let script = format!(
+            "{work}; while kill -0 {} 2>/dev/null; do sleep 1; done; kill -9 0",
+            std::process::id()
+        );
         let mut cmd = Command::new("sh");
         cmd.args(["-c", &script])
             .stdout(Stdio::null())

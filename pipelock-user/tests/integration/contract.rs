@@ -380,18 +380,31 @@ fn compare_and_csv_read_back() -> Result<Outcome> {
 register!(Host compare_and_csv_read_back);
 
 /// A test function nobody registered would never run: every
-/// `fn …() -> Result<Outcome>` in these files is in [`TESTS`].
+/// `fn …() -> Result<Outcome>` in these files, and every test a
+/// `per_mode!` block names, is in [`TESTS`].
 fn every_test_function_is_registered() -> Result<Outcome> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration");
     let mut unregistered = Vec::new();
     let mut found = 0;
     for entry in fs::read_dir(&dir)? {
         let source = fs::read_to_string(entry?.path())?;
+        let mut in_per_mode = false;
         for line in source.lines() {
-            let Some(name) = line
-                .strip_prefix("fn ")
-                .and_then(|rest| rest.strip_suffix("() -> Result<Outcome> {"))
-            else {
+            if line.starts_with("per_mode!(") {
+                in_per_mode = true;
+                continue;
+            }
+            if in_per_mode && line == "});" {
+                in_per_mode = false;
+                continue;
+            }
+            let name = if in_per_mode {
+                line.trim().split_once(": \"").map(|(name, _)| name)
+            } else {
+                line.strip_prefix("fn ")
+                    .and_then(|rest| rest.strip_suffix("() -> Result<Outcome> {"))
+            };
+            let Some(name) = name else {
                 continue;
             };
             found += 1;

@@ -3,25 +3,15 @@ use pipelock_user::model::{LockClass, LockRow, TraceReport};
 
 use super::*;
 
-fn fentry_counts_every_pipe_mutex_acquisition() -> Result<Outcome> {
-    hooks_count_every_pipe_mutex_acquisition("fentry")
-}
-register!(Kernel fentry_counts_every_pipe_mutex_acquisition);
+per_mode!(Kernel hooks_count_every_pipe_mutex_acquisition {
+    fentry_counts_every_pipe_mutex_acquisition: "fentry",
+    kprobe_counts_every_pipe_mutex_acquisition: "kprobe",
+});
 
-fn kprobe_counts_every_pipe_mutex_acquisition() -> Result<Outcome> {
-    hooks_count_every_pipe_mutex_acquisition("kprobe")
-}
-register!(Kernel kprobe_counts_every_pipe_mutex_acquisition);
-
-fn fentry_times_wait_queue_locks_of_a_herd() -> Result<Outcome> {
-    hooks_time_wait_queue_locks_of_a_herd("fentry")
-}
-register!(Kernel fentry_times_wait_queue_locks_of_a_herd);
-
-fn kprobe_times_wait_queue_locks_of_a_herd() -> Result<Outcome> {
-    hooks_time_wait_queue_locks_of_a_herd("kprobe")
-}
-register!(Kernel kprobe_times_wait_queue_locks_of_a_herd);
+per_mode!(Kernel hooks_time_wait_queue_locks_of_a_herd {
+    fentry_times_wait_queue_locks_of_a_herd: "fentry",
+    kprobe_times_wait_queue_locks_of_a_herd: "kprobe",
+});
 
 /// A 64-process herd keeps up to 32 readers asleep in `pipe_read` at once,
 /// more than a kretprobe's default instances (10 in a 2-CPU guest, which
@@ -78,25 +68,15 @@ fn kprobe_sees_every_return_of_a_sleeping_herd() -> Result<Outcome> {
 }
 register!(Kernel kprobe_sees_every_return_of_a_sleeping_herd);
 
-fn fentry_counts_nonblocking_pipe_io() -> Result<Outcome> {
-    hooks_count_nonblocking_pipe_io("fentry")
-}
-register!(Kernel fentry_counts_nonblocking_pipe_io);
+per_mode!(Kernel hooks_count_nonblocking_pipe_io {
+    fentry_counts_nonblocking_pipe_io: "fentry",
+    kprobe_counts_nonblocking_pipe_io: "kprobe",
+});
 
-fn kprobe_counts_nonblocking_pipe_io() -> Result<Outcome> {
-    hooks_count_nonblocking_pipe_io("kprobe")
-}
-register!(Kernel kprobe_counts_nonblocking_pipe_io);
-
-fn fentry_records_pipe_wait_alone() -> Result<Outcome> {
-    hooks_record_pipe_wait_alone("fentry")
-}
-register!(Kernel fentry_records_pipe_wait_alone);
-
-fn kprobe_records_pipe_wait_alone() -> Result<Outcome> {
-    hooks_record_pipe_wait_alone("kprobe")
-}
-register!(Kernel kprobe_records_pipe_wait_alone);
+per_mode!(Kernel hooks_record_pipe_wait_alone {
+    fentry_records_pipe_wait_alone: "fentry",
+    kprobe_records_pipe_wait_alone: "kprobe",
+});
 
 /// N pwritev2 + N preadv2 with RWF_NOWAIT on one pipe (the non-blocking
 /// path io_uring's inline attempts take): the pipe mutex is still acquired

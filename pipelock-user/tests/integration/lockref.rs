@@ -3,15 +3,10 @@ use pipelock_user::model::LockClass;
 
 use super::*;
 
-fn fentry_counts_lockref_calls_of_a_stat_storm() -> Result<Outcome> {
-    hooks_count_lockref_calls_of_a_stat_storm("fentry")
-}
-register!(Kernel fentry_counts_lockref_calls_of_a_stat_storm);
-
-fn kprobe_counts_lockref_calls_of_a_stat_storm() -> Result<Outcome> {
-    hooks_count_lockref_calls_of_a_stat_storm("kprobe")
-}
-register!(Kernel kprobe_counts_lockref_calls_of_a_stat_storm);
+per_mode!(Kernel hooks_count_lockref_calls_of_a_stat_storm {
+    fentry_counts_lockref_calls_of_a_stat_storm: "fentry",
+    kprobe_counts_lockref_calls_of_a_stat_storm: "kprobe",
+});
 
 /// N stat() calls of one path: one lockref get (`__legitimize_path`) and one
 /// put (`dput`) on that file's dentry per call, so ≈ 2N calls in its row.

@@ -321,15 +321,10 @@ fn every_skip(report: &TraceReport) -> String {
         .join(", ")
 }
 
-fn fentry_unknown_owners_are_the_kernels_unowned_waits() -> Result<Outcome> {
-    unknown_owners_are_the_kernels_unowned_waits("fentry")
-}
-register!(Kernel fentry_unknown_owners_are_the_kernels_unowned_waits);
-
-fn tracepoint_unknown_owners_are_the_kernels_unowned_waits() -> Result<Outcome> {
-    unknown_owners_are_the_kernels_unowned_waits("tracepoint")
-}
-register!(Kernel tracepoint_unknown_owners_are_the_kernels_unowned_waits);
+per_mode!(Kernel unknown_owners_are_the_kernels_unowned_waits {
+    fentry_unknown_owners_are_the_kernels_unowned_waits: "fentry",
+    tracepoint_unknown_owners_are_the_kernels_unowned_waits: "tracepoint",
+});
 
 fn the_trace_parser_rebuilds_waits_per_thread() -> Result<Outcome> {
     let trace = "\

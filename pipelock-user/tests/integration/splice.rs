@@ -199,15 +199,10 @@ fn mutex_row(report: &TraceReport, ino: u64) -> Result<&LockRow> {
         .with_context(|| format!("no pipe-mutex row for pipe:[{ino}]: {}", shown(report)))
 }
 
-fn fentry_counts_splice_tee_vmsplice() -> Result<Outcome> {
-    hooks_count_splice_tee_vmsplice("fentry")
-}
-register!(Kernel fentry_counts_splice_tee_vmsplice);
-
-fn kprobe_counts_splice_tee_vmsplice() -> Result<Outcome> {
-    hooks_count_splice_tee_vmsplice("kprobe")
-}
-register!(Kernel kprobe_counts_splice_tee_vmsplice);
+per_mode!(Kernel hooks_count_splice_tee_vmsplice {
+    fentry_counts_splice_tee_vmsplice: "fentry",
+    kprobe_counts_splice_tee_vmsplice: "kprobe",
+});
 
 /// N rounds of splice(file → A), tee(A → B), splice(B → /dev/null),
 /// vmsplice(→ A), read(A): A's mutex acquired exactly 4N times, B's 2N.
@@ -245,15 +240,10 @@ fn hooks_count_splice_tee_vmsplice(mode: &str) -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
-fn fentry_counts_io_uring_pipe_reads() -> Result<Outcome> {
-    hooks_count_io_uring_pipe_reads("fentry")
-}
-register!(Kernel fentry_counts_io_uring_pipe_reads);
-
-fn kprobe_counts_io_uring_pipe_reads() -> Result<Outcome> {
-    hooks_count_io_uring_pipe_reads("kprobe")
-}
-register!(Kernel kprobe_counts_io_uring_pipe_reads);
+per_mode!(Kernel hooks_count_io_uring_pipe_reads {
+    fentry_counts_io_uring_pipe_reads: "fentry",
+    kprobe_counts_io_uring_pipe_reads: "kprobe",
+});
 
 /// This binary's command name as the kernel holds it (15 bytes at most).
 fn own_comm() -> Result<String> {
