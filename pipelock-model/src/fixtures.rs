@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use pipelock_common::Histogram;
 
-use crate::{ByKey, HoldState, HolderState, LockClass, LockRow, PERCENTILE_RESOLUTION, Timing, TraceReport};
+use crate::{HoldState, HolderState, LockClass, LockRow, Timing, TraceReport};
 
 /// A histogram of `values`.
 pub fn hist(values: &[u64]) -> Histogram<u64> {
@@ -37,19 +37,12 @@ pub fn sample() -> TraceReport {
     TraceReport {
         kernel: "6.18.44".into(),
         mode: "tracepoint (tp_btf)".into(),
-        refused: Vec::new(),
         hold_unavailable_reason: Some("needs fentry or kprobe".into()),
         duration_s: 1.0,
         totals: TraceReport::totals(&rows),
         locks: rows,
         drops: BTreeMap::from([("stale_pending".to_owned(), 0)]),
-        percentile_resolution: PERCENTILE_RESOLUTION.to_owned(),
         notes: vec!["lockref: n/a in tracepoint mode".into()],
-        programs: Vec::new(),
-        maps: Vec::new(),
-        tracer_cpu_s: None,
-        by: ByKey::Lock,
-        by_caller: Vec::new(),
-        by_task: Vec::new(),
+        ..TraceReport::empty()
     }
 }

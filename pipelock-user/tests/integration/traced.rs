@@ -15,6 +15,18 @@ pub(crate) fn shown<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|e| format!("(cannot show it: {e})"))
 }
 
+/// `pipelock trace TRACE_ARGS --json JSON --`, its command to follow.
+fn trace_into(json: &Path, trace_args: &[&str]) -> Command {
+    let mut command = pipelock();
+    command
+        .arg("trace")
+        .args(trace_args)
+        .arg("--json")
+        .arg(json)
+        .arg("--");
+    command
+}
+
 /// `pipelock trace --json F ARGS -- pipelock CMD…` as root; the report.
 pub(crate) fn trace_json(
     trace_args: &[&str],
@@ -24,14 +36,7 @@ pub(crate) fn trace_json(
         return Ok(Err(skip));
     }
     let json = scratch("trace.json");
-    let out = run(pipelock()
-        .arg("trace")
-        .args(trace_args)
-        .arg("--json")
-        .arg(&json)
-        .arg("--")
-        .arg(pipelock_path())
-        .args(command))?;
+    let out = run(trace_into(&json, trace_args).arg(pipelock_path()).args(command))?;
     let text_json = fs::read_to_string(&json);
     let _ = fs::remove_file(&json);
     ensure!(out.status.success(), "pipelock trace: {}", text(&out.stderr));
@@ -71,12 +76,7 @@ pub(crate) fn trace_helper(
         scratch(&format!("{name}.json")),
         scratch(&format!("{name}.facts")),
     );
-    let out = run(pipelock()
-        .arg("trace")
-        .args(trace_args)
-        .arg("--json")
-        .arg(&json)
-        .arg("--")
+    let out = run(trace_into(&json, trace_args)
         .arg(std::env::current_exe()?)
         .args(helper)
         .arg(&facts))?;
