@@ -18,7 +18,7 @@
 //! holds the built-in load generators, which know nothing of tracing.
 //! The model is the base vocabulary: every layer may use it, and as a crate
 //! of its own (re-exported here as [`model`]) it uses only pipelock-common,
-//! serde and statrs. The `layering` test checks that the modules of this
+//! serde, glob and statrs. The `layering` test checks that the modules of this
 //! crate only point down this list, and that no two modules of any crate
 //! name each other (through `crate::`, `super::` or `self::` paths).
 

@@ -57,14 +57,13 @@ pub(super) fn mutex_lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u6
 /// A fentry program preempted mid-run keeps its per-CPU "running" mark
 /// until its task runs again, and the kernel skips every run of it on that
 /// CPU meanwhile (`recursion_misses`; `crate::preempt` narrows the window
-/// but the owed preemption still lands inside it). A herd's tasks wait for
-/// the pipe mutex on that very CPU, so the skipped runs are mostly
-/// `mutex_lock_entry`'s, and each would lose a contended acquisition with
-/// its wait and hold, and the call's pipe itself while it was not yet
-/// named. The begin is a tracepoint, whose program runs with preemption
-/// off: the acquisition is timed from its first begin, which misses only
-/// the failed fast path before the slow path (nanoseconds), and it has no
-/// call stack (its caller rows count it as not sampled).
+/// but the owed preemption still lands inside it). A skipped
+/// `mutex_lock_entry` run would lose its acquisition, with its wait and
+/// hold (and, at a call's first mutex, the call's pipe): a contended one
+/// is found again here. The begin is a tracepoint, whose program runs with
+/// preemption off: the acquisition is timed from its first begin, which
+/// misses only the failed fast path before the slow path (nanoseconds),
+/// and it has no call stack (its caller rows count it as not sampled).
 #[inline(always)]
 pub(super) fn mutex_begin_without_call(lock: u64) {
     let Some(state) = current_state() else {

@@ -16,8 +16,9 @@
 //! call (wait 0), and a contended one as acquired at its `contention_end`,
 //! which the mutex slow path always emits. An fexit would cost more than
 //! that wait. A begin whose lock call went unseen (its run skipped) starts
-//! the wait itself (see `locks::mutex_begin_without_call`). Spinlocks keep theirs: without paravirtual spinlocks their
-//! slow path does not always emit the contention tracepoints.
+//! the wait itself (see `locks::mutex_begin_without_call`). Spinlocks keep
+//! theirs: without paravirtual spinlocks their slow path does not always
+//! emit the contention tracepoints.
 mod calls;
 mod locks;
 
