@@ -157,9 +157,23 @@ fn faulting_round(
     page.forget()?;
     go.send(())?;
     page.wait_for_fault()?;
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let writers: Vec<_> = (0..2)
-        .map(|_| std::thread::spawn(move || write_all(write_fd, [b'w'; PAGE].as_ptr(), PAGE)))
+        .map(|_| {
+            let tid_tx = tid_tx.clone();
+            std::thread::spawn(move || {
+                tid_tx.send(thread_id())?;
+                write_all(write_fd, [b'w'; PAGE].as_ptr(), PAGE)
+            })
+        })
         .collect();
+    let tids = [tid_rx.recv()?, tid_rx.recv()?];
+    // The known answer (two waits a round, each as long as the fault) holds
+    // only once both writers wait: on a busy machine a writer can start
+    // after a short fault is over and never wait at all.
+    for tid in tids {
+        wait_until_blocked(tid)?;
+    }
     meanwhile()?;
     page.resolve(&[b'u'; PAGE])?;
     done.recv()??;
@@ -177,6 +191,28 @@ fn faulting_round(
         left -= got as usize;
     }
     Ok(())
+}
+
+/// Waits until thread `tid` of this process sleeps uninterruptibly (state
+/// `D`: a writer waiting for the pipe mutex its holder keeps in a fault).
+fn wait_until_blocked(tid: u32) -> Result<()> {
+    let stat = format!("/proc/self/task/{tid}/stat");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = fs::read_to_string(&stat).with_context(|| format!("cannot read {stat}"))?;
+        // `tid (comm) S …`: the state follows the comm's closing parenthesis.
+        let state = text
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if state == Some("D") {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "writer {tid} did not wait for the pipe mutex within 10 s (state {state:?})"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 /// Helper mode: `integration --uffd-holder ROUNDS [--fault-ms MS,…] FILE`
