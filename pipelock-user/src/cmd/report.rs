@@ -5,12 +5,14 @@
 use std::path::Path;
 
 use pipelock_common::Histogram;
+use serde::Deserialize as _;
 
 use crate::{
     Error,
     model::{Timing, TraceReport, timing::merge},
     output::{Format, Outputs},
     render::html::{AbKernel, AbPage, AbRow, ClassHistograms, Page, render_html},
+    workload::report::Report as RunResult,
 };
 
 /// A result file, read.
@@ -27,36 +29,38 @@ fn invalid(path: &Path, why: String) -> Error {
 }
 
 /// The trace of a run result (`--trace`) or a trace report, and the run's
-/// workload and headline figure.
+/// workload and headline figure, read as pipelock's own types: a file of
+/// another version or program is one line saying what it is not.
 fn trace_of(result: &serde_json::Value) -> Result<(TraceReport, Option<(String, String)>), String> {
-    let (trace, workload) = match result["workload"].as_str() {
-        Some(workload) => {
-            let trace = result
-                .get("trace")
-                .filter(|t| !t.is_null())
-                .ok_or_else(|| format!("a {workload} result without a trace (run it with --trace)"))?;
-            let figure = result["summary"]["mean"].as_f64().map_or(String::new(), |mean| {
-                let runs = result["runs"].as_array().map_or(0, Vec::len);
-                format!(
-                    "{} {mean:.4} {} ({})",
-                    result["metric"]["name"].as_str().unwrap_or("value"),
-                    result["metric"]["unit"].as_str().unwrap_or(""),
-                    if runs == 1 {
-                        "1 run".to_owned()
-                    } else {
-                        format!("mean of {runs} runs")
-                    }
-                )
-            });
-            (
-                trace,
-                Some((workload.to_owned(), format!("{workload}: {figure}"))),
-            )
-        }
-        None => (result, None),
+    let Some(workload) = result.get("workload") else {
+        let report = TraceReport::deserialize(result).map_err(|e| format!("not a pipelock trace: {e}"))?;
+        return Ok((report, None));
     };
-    let report = serde_json::from_value(trace.clone()).map_err(|e| format!("not a pipelock trace: {e}"))?;
-    Ok((report, workload))
+    if result.get("trace").is_none_or(serde_json::Value::is_null) {
+        return Err(format!(
+            "a {} result without a trace (run it with --trace)",
+            workload.as_str().unwrap_or("workload")
+        ));
+    }
+    let run = RunResult::deserialize(result).map_err(|e| format!("not a pipelock run result: {e}"))?;
+    let figure = run.summary.map_or(String::new(), |summary| {
+        format!(
+            "{} {:.4} {} ({})",
+            run.metric.name,
+            summary.mean,
+            run.metric.unit,
+            if run.runs.len() == 1 {
+                "1 run".to_owned()
+            } else {
+                format!("mean of {} runs", run.runs.len())
+            }
+        )
+    });
+    let trace = run.trace.ok_or("a run result without a trace")?;
+    Ok((
+        trace,
+        Some((run.workload.clone(), format!("{}: {figure}", run.workload))),
+    ))
 }
 
 /// Each class's waits and holds over every run of one kernel.
@@ -183,6 +187,16 @@ mod tests {
                 "without a trace",
             ),
             ("ab", "{\"kernels\": [], \"table\": []}", "two kernels"),
+            (
+                "foreign run",
+                "{\"workload\": \"pipe-herd\", \"trace\": {\"locks\": []}}",
+                "not a pipelock run result",
+            ),
+            (
+                "foreign trace",
+                "{\"locks\": [{\"lock\": 1}]}",
+                "not a pipelock trace",
+            ),
         ] {
             let path = scratch(name, text);
             let err = run(&path, &html, 8).unwrap_err();
