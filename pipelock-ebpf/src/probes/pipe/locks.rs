@@ -65,10 +65,7 @@ pub(super) fn mutex_lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u6
 /// misses only the failed fast path before the slow path (nanoseconds),
 /// and it has no call stack (its caller rows count it as not sampled).
 #[inline(always)]
-pub(super) fn mutex_begin_without_call(lock: u64) {
-    let Some(state) = current_state() else {
-        return;
-    };
+pub(super) fn mutex_begin_without_call(state: &mut TaskPipe, lock: u64) {
     if state.pipe[0] != PIPE_PENDING
         && which_lock(state, lock).is_none_or(|index| index >= SLOTS || state.wait_start[index] != 0)
     {

@@ -152,12 +152,12 @@ pub fn spin_unlock_irq_entry(ctx: FEntryContext) -> i32 {
 #[btf_tracepoint(function = "contention_begin")]
 pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
     let (lock, flags): (u64, u32) = (ctx.arg(0), ctx.arg(1));
-    if flags & LCB_F_MUTEX != 0 {
-        mutex_begin_without_call(lock);
-    }
     let Some(state) = current_state() else {
         return 0;
     };
+    if flags & LCB_F_MUTEX != 0 {
+        mutex_begin_without_call(state, lock);
+    }
     if let Some(index) = which_lock(state, lock)
         && index < SLOTS
         && state.wait_start[index] != 0
