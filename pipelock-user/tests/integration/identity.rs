@@ -45,11 +45,7 @@ fn churned_pipes_each_get_their_own_row() -> Result<Outcome> {
             println!("  {mode}: perf not installed: not compared with perf lock record");
             continue;
         }
-        let mut command = pipelock();
-        command
-            .args(["trace", "--mode", mode, "-c", &comm, "--json"])
-            .arg(&json)
-            .arg("--");
+        let mut command = trace_into(&json, &["--mode", mode, "-c", &comm]);
         if let Some(perf) = perf {
             command
                 .args([perf, "lock", "record", "-m", "16384", "-o"])
@@ -146,25 +142,13 @@ fn many_pipes_at_once_are_named_or_counted() -> Result<Outcome> {
             println!("  {mode}: not covered here ({why})");
             continue;
         }
-        let (json, inodes) = (scratch("breadth.json"), scratch("breadth.ino"));
-        let out = run(pipelock()
-            .args(["trace", "--mode", mode, "--class", "pipe-mutex", "--json"])
-            .arg(&json)
-            .arg("--")
-            .arg(std::env::current_exe()?)
-            .args(["--pipe-breadth", &PIPES.to_string()])
-            .arg(&inodes))?;
-        let (report, made) = (fs::read_to_string(&json), fs::read_to_string(&inodes));
-        let _ = (fs::remove_file(&json), fs::remove_file(&inodes));
-        ensure!(out.status.success(), "{mode}: trace: {}", text(&out.stderr));
-        ensure!(
-            !text(&out.stderr).contains("COMMAND exited with"),
-            "{mode}: {}",
-            text(&out.stderr)
-        );
-        let report = parse_report(&report?)?;
-        let made: std::collections::BTreeSet<u64> =
-            made?.lines().map(str::parse).collect::<Result<_, _>>()?;
+        let (report, made) = trace_helper(
+            &format!("{mode}-breadth"),
+            &["--mode", mode, "--class", "pipe-mutex"],
+            &["--pipe-breadth", &PIPES.to_string()],
+        )
+        .with_context(|| mode.to_owned())?;
+        let made: std::collections::BTreeSet<u64> = made.lines().map(str::parse).collect::<Result<_, _>>()?;
         let mut named = std::collections::BTreeSet::new();
         // The collector keeps at most MAX_TRACKED_LOCKS locks: past that it
         // folds the longest-idle ones into one row per class.

@@ -16,7 +16,7 @@ pub(crate) fn shown<T: serde::Serialize>(value: &T) -> String {
 }
 
 /// `pipelock trace TRACE_ARGS --json JSON --`, its command to follow.
-fn trace_into(json: &Path, trace_args: &[&str]) -> Command {
+pub(crate) fn trace_into(json: &Path, trace_args: &[&str]) -> Command {
     let mut command = pipelock();
     command
         .arg("trace")
