@@ -13,6 +13,35 @@ pub fn hist(values: &[u64]) -> Histogram<u64> {
     h
 }
 
+/// A row of `class` with the given counts and timings, the rest empty.
+pub fn row(
+    class: LockClass,
+    acquisitions: Option<u64>,
+    contentions: u64,
+    wait: Option<Timing>,
+    hold: Option<Timing>,
+) -> LockRow {
+    LockRow {
+        class: Some(class),
+        lock_addr: 0xffff_8880_0123_4000,
+        owner: 0,
+        pipe_ino: None,
+        name: class.name().to_owned(),
+        comms: Vec::new(),
+        mode: String::new(),
+        acquisitions,
+        contentions,
+        spin_only: 0,
+        dropped: None,
+        wait,
+        hold,
+        owners: Vec::new(),
+        holder: HolderState::default(),
+        holds: HoldState::default(),
+        callers: Vec::new(),
+    }
+}
+
 /// A tracepoint-mode report of one pipe mutex, contended three times.
 pub fn sample() -> TraceReport {
     let rows = vec![LockRow {
@@ -35,6 +64,7 @@ pub fn sample() -> TraceReport {
         callers: Vec::new(),
     }];
     TraceReport {
+        format: crate::FormatVersion,
         kernel: "6.18.44".into(),
         mode: "tracepoint (tp_btf)".into(),
         hold_unavailable_reason: Some("needs fentry or kprobe".into()),

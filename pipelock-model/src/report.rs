@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::format::FormatVersion;
+
 use super::{
     callers::{ByKey, CallerRow, TaskRow},
     class::LockClass,
@@ -65,6 +67,7 @@ pub struct ClassTotal {
 /// Everything a trace produced.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceReport {
+    pub format: FormatVersion,
     pub kernel: String,
     /// The attach mode, e.g. "tracepoint (tp_btf)".
     pub mode: String,
@@ -102,6 +105,7 @@ impl TraceReport {
     /// A report without locks (the header of an interval CSV is made from it).
     pub fn empty() -> Self {
         Self {
+            format: FormatVersion,
             kernel: String::new(),
             mode: String::new(),
             refused: Vec::new(),

@@ -109,7 +109,7 @@ pub const DEFAULT_DETECT_PERCENT: f64 = 5.0;
 
 /// What two sets of runs can say about the change from A to B, in % of
 /// A's mean.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Difference {
     pub change_percent: f64,
     /// Welch's 95 % confidence interval of the change.
@@ -180,6 +180,17 @@ pub fn runs_needed(a: &Summary, b: &Summary, percent: f64) -> Option<usize> {
         }
     }
     Some(holds)
+}
+
+/// A per-run value with enough digits to compare, not more.
+pub fn format_value(value: f64) -> String {
+    if value.abs() >= 1000.0 {
+        format!("{value:.1}")
+    } else if value.abs() >= 1.0 {
+        format!("{value:.3}")
+    } else {
+        format!("{value:.6}")
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@ pub mod run;
 pub mod serve;
 pub mod top;
 pub mod trace;
-pub mod verdict;
 
 use crate::{
     Error,

@@ -5,14 +5,13 @@
 use std::path::Path;
 
 use pipelock_common::Histogram;
-use serde::Deserialize as _;
+use serde::{Deserialize, de::IgnoredAny};
 
 use crate::{
     Error,
-    model::{Timing, TraceReport, timing::merge},
+    model::{AbResult, CommandResult, RunResult, Timing, TraceReport, format, timing::merge},
     output::{Format, Outputs},
     render::html::{AbKernel, AbPage, AbRow, ClassHistograms, Page, render_html},
-    workload::report::Report as RunResult,
 };
 
 /// A result file, read.
@@ -28,21 +27,21 @@ fn invalid(path: &Path, why: String) -> Error {
     }
 }
 
-/// The trace of a run result (`--trace`) or a trace report, and the run's
-/// workload and headline figure, read as pipelock's own types: a file of
-/// another version or program is one line saying what it is not.
-fn trace_of(result: &serde_json::Value) -> Result<(TraceReport, Option<(String, String)>), String> {
-    let Some(workload) = result.get("workload") else {
-        let report = TraceReport::deserialize(result).map_err(|e| format!("not a pipelock trace: {e}"))?;
-        return Ok((report, None));
+/// The fields that tell pipelock's three result files apart.
+#[derive(Deserialize)]
+struct Shape {
+    kernels: Option<IgnoredAny>,
+    workload: Option<IgnoredAny>,
+    locks: Option<IgnoredAny>,
+}
+
+/// The trace of a result, and for a run result its workload and headline
+/// figure.
+fn trace_of(result: CommandResult) -> Result<(TraceReport, Option<(String, String)>), String> {
+    let run: RunResult = match result {
+        CommandResult::Trace(trace) => return Ok((*trace, None)),
+        CommandResult::Run(run) => *run,
     };
-    if result.get("trace").is_none_or(serde_json::Value::is_null) {
-        return Err(format!(
-            "a {} result without a trace (run it with --trace)",
-            workload.as_str().unwrap_or("workload")
-        ));
-    }
-    let run = RunResult::deserialize(result).map_err(|e| format!("not a pipelock run result: {e}"))?;
     let figure = run.summary.map_or(String::new(), |summary| {
         format!(
             "{} {:.4} {} ({})",
@@ -56,7 +55,12 @@ fn trace_of(result: &serde_json::Value) -> Result<(TraceReport, Option<(String, 
             }
         )
     });
-    let trace = run.trace.ok_or("a run result without a trace")?;
+    let Some(trace) = run.trace else {
+        return Err(format!(
+            "a {} result without a trace (run it with --trace)",
+            run.workload
+        ));
+    };
     Ok((
         trace,
         Some((run.workload.clone(), format!("{}: {figure}", run.workload))),
@@ -64,10 +68,10 @@ fn trace_of(result: &serde_json::Value) -> Result<(TraceReport, Option<(String, 
 }
 
 /// Each class's waits and holds over every run of one kernel.
-fn merged_classes(runs: &[serde_json::Value]) -> Result<ClassHistograms, String> {
+fn merged_classes(runs: &[CommandResult]) -> Result<ClassHistograms, String> {
     let mut classes = ClassHistograms::new();
     for run in runs {
-        let (trace, _) = trace_of(run)?;
+        let (trace, _) = trace_of(run.clone())?;
         for row in &trace.locks {
             let class = crate::model::class_label(row.class).to_owned();
             let at = match classes.iter().position(|(c, ..)| *c == class) {
@@ -88,63 +92,58 @@ fn merged_classes(runs: &[serde_json::Value]) -> Result<ClassHistograms, String>
     Ok(classes)
 }
 
-fn ab_page(result: &serde_json::Value) -> Result<AbPage, String> {
-    let kernels = result["kernels"]
-        .as_array()
-        .filter(|k| k.len() == 2)
-        .ok_or("an ab result without its two kernels")?;
-    let kernel = |k: &serde_json::Value| -> Result<AbKernel, String> {
-        let runs = k["runs"].as_array().map_or(&[][..], Vec::as_slice);
+fn ab_page(result: &AbResult) -> Result<AbPage, String> {
+    let kernel = |k: &crate::model::KernelRuns| -> Result<AbKernel, String> {
         Ok(AbKernel {
-            release: k["release"].as_str().unwrap_or("?").to_owned(),
-            runs: runs.len(),
-            classes: merged_classes(runs)?,
+            release: k.release.clone(),
+            runs: k.runs.len(),
+            classes: merged_classes(&k.runs)?,
         })
     };
-    let rows = result["table"]
-        .as_array()
-        .ok_or("an ab result without its table")?
+    let rows = result
+        .table
         .iter()
         .map(|row| AbRow {
-            metric: row["metric"].as_str().unwrap_or("").to_owned(),
-            a: row["a"]["mean"].as_f64().unwrap_or(f64::NAN),
-            b: row["b"]["mean"].as_f64().unwrap_or(f64::NAN),
-            change_percent: row["change_percent"].as_f64().unwrap_or(0.0),
-            ci_percent: row["difference"]["ci_low_percent"]
-                .as_f64()
-                .zip(row["difference"]["ci_high_percent"].as_f64()),
-            significant: row["significant"] == true,
+            metric: row.metric.clone(),
+            a: row.a.mean,
+            b: row.b.mean,
+            change_percent: row.change_percent,
+            ci_percent: row.difference.map(|d| (d.ci_low_percent, d.ci_high_percent)),
+            significant: row.significant,
         })
         .collect();
-    let command = result["command"]
-        .as_array()
-        .map(|words| {
-            words
-                .iter()
-                .filter_map(|w| w.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default();
     Ok(AbPage {
-        command,
-        kernels: [kernel(&kernels[0])?, kernel(&kernels[1])?],
+        command: result.command.join(" "),
+        kernels: [kernel(&result.kernels[0])?, kernel(&result.kernels[1])?],
         rows,
     })
 }
 
+/// Reads a result file as what its fields say it is: an old or foreign
+/// file is one line saying what it is not.
+fn read(text: &str) -> Result<Loaded, String> {
+    let shape: Shape = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let what = match (&shape.kernels, &shape.workload, &shape.locks) {
+        (Some(_), ..) => "ab result",
+        (None, Some(_), _) => "run result",
+        (None, None, Some(_)) => "trace",
+        (None, None, None) => return Err("not a pipelock result (trace, run or ab --json)".to_owned()),
+    };
+    if let Some(why) = format::refusal(text) {
+        return Err(format!("a pipelock {what} {why}"));
+    }
+    let fail = |e: serde_json::Error| format!("not a pipelock {what}: {e}");
+    let result = match what {
+        "ab result" => return ab_page(&serde_json::from_str(text).map_err(fail)?).map(Loaded::Ab),
+        "run result" => CommandResult::Run(serde_json::from_str(text).map_err(fail)?),
+        _ => CommandResult::Trace(serde_json::from_str(text).map_err(fail)?),
+    };
+    trace_of(result).map(|(trace, workload)| Loaded::Trace(Box::new(trace), workload))
+}
+
 fn load(path: &Path) -> Result<Loaded, Error> {
     let text = std::fs::read_to_string(path).map_err(Error::read(path))?;
-    let result: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| invalid(path, format!("not JSON: {e}")))?;
-    let loaded = if result.get("kernels").is_some() && result.get("table").is_some() {
-        ab_page(&result).map(Loaded::Ab)
-    } else if result.get("workload").is_some() || result.get("locks").is_some() {
-        trace_of(&result).map(|(trace, workload)| Loaded::Trace(Box::new(trace), workload))
-    } else {
-        Err("not a pipelock result (trace, run or ab --json)".to_owned())
-    };
-    loaded.map_err(|why| invalid(path, why))
+    read(&text).map_err(|why| invalid(path, why))
 }
 
 /// Reads `result` and writes its page to `html` (whole, or not at all).
@@ -168,6 +167,7 @@ pub fn run(result: &Path, html: &Path, top: usize) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::FORMAT;
 
     fn scratch(name: &str, text: &str) -> std::path::PathBuf {
         let path = std::env::temp_dir().join(format!("pipelock-report-{}-{name}", std::process::id()));
@@ -183,18 +183,27 @@ mod tests {
             ("other", "{\"a\": 1}", "not a pipelock result"),
             (
                 "untraced",
-                "{\"workload\": \"pipe-herd\", \"runs\": []}",
-                "without a trace",
+                &format!("{{\"format\": {FORMAT}, \"workload\": \"pipe-herd\", \"runs\": []}}"),
+                "not a pipelock run result: missing field",
             ),
-            ("ab", "{\"kernels\": [], \"table\": []}", "two kernels"),
             (
-                "foreign run",
+                "ab",
+                &format!("{{\"format\": {FORMAT}, \"kernels\": [], \"table\": []}}"),
+                "not a pipelock ab result",
+            ),
+            (
+                "older run",
                 "{\"workload\": \"pipe-herd\", \"trace\": {\"locks\": []}}",
-                "not a pipelock run result",
+                "a pipelock run result no result format field",
+            ),
+            (
+                "newer trace",
+                "{\"format\": 3, \"locks\": [{\"lock\": 1}]}",
+                "a pipelock trace written in result format 3",
             ),
             (
                 "foreign trace",
-                "{\"locks\": [{\"lock\": 1}]}",
+                &format!("{{\"format\": {FORMAT}, \"locks\": [{{\"lock\": 1}}]}}"),
                 "not a pipelock trace",
             ),
         ] {
@@ -207,6 +216,27 @@ mod tests {
         }
         let missing = run(Path::new("/nonexistent.json"), &html, 8).unwrap_err();
         assert!(missing.to_string().contains("/nonexistent.json"), "{missing}");
+    }
+
+    #[test]
+    fn a_run_result_without_its_trace_says_so() {
+        let mut result: RunResult = serde_json::from_str(
+            &std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/results/pipe-herd.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let text = serde_json::to_string(&result).unwrap();
+        let Err(why) = read(&text) else {
+            panic!("a page without a trace")
+        };
+        assert!(why.contains("pipe-herd result without a trace"), "{why}");
+        result.trace = Some(crate::model::fixtures::sample());
+        assert!(matches!(
+            read(&serde_json::to_string(&result).unwrap()),
+            Ok(Loaded::Trace(_, Some(_)))
+        ));
     }
 
     #[test]

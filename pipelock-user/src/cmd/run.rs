@@ -4,7 +4,6 @@ use crate::{
     Error,
     bpf::Filters,
     cli::WorkloadCommand,
-    cmd::verdict::figures,
     collect::{Background, DRAIN_PERIOD, Flow, Tracer},
     model::{ClassSet, LockClass},
     render,
@@ -59,17 +58,12 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
     };
     // Both hooks below use it, one after the other.
     let collector = std::cell::RefCell::new(collector);
-    let (name, metric) = (workload.name(), workload.metric());
-    // Each run's own lock figures, so `compare` has one value per run to
-    // judge a percentile by; the trace of all runs goes into the result
+    // Each run's own part of the trace, so `compare` has one value per run
+    // to judge a percentile by; the trace of all runs goes into the result
     // file too, taken once the runs end.
     let mut after_each = |run: &mut Run| {
         if let Some(collector) = collector.borrow().as_ref() {
-            let part = collector.end_part()?;
-            let result = serde_json::json!({
-                "workload": name, "metric": metric, "runs": [&*run], "trace": part,
-            });
-            run.lock_figures = Some(figures(&result).map_err(|reason| Error::Workload { reason })?);
+            run.trace = Some(collector.end_part()?);
         }
         Ok(())
     };
@@ -83,7 +77,10 @@ pub fn run(command: WorkloadCommand, ebpf_log: bool) -> Result<(), Error> {
         Ok(())
     };
     let report = workload::run_then(workload.as_ref(), &common, &mut after_each, &mut finish)?;
-    print!("{}", report.render(&workload.describe_summary(&report)));
+    print!(
+        "{}",
+        workload::report::render(&report, &workload.describe_summary(&report))
+    );
     if let Some(trace) = traced {
         println!();
         print!("{}", render::render(&trace, TRACE_TOP_ROWS, false));

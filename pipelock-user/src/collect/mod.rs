@@ -361,6 +361,7 @@ impl Tracer {
             locks.iter().filter(|r| r.class.is_none()).count() as u64,
         );
         Ok(TraceReport {
+            format: Default::default(),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .unwrap_or_default()
                 .trim()

@@ -7,6 +7,7 @@ pub mod flame;
 pub mod header;
 pub mod histogram;
 pub mod html;
+pub mod judge;
 pub mod metrics;
 pub mod owners;
 pub mod text;

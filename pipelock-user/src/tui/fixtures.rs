@@ -55,6 +55,7 @@ fn row(addr: u64, class: LockClass, name: &str, contentions: u64, wait: &[u64]) 
 
 pub fn report(locks: Vec<LockRow>, duration_s: f64) -> TraceReport {
     TraceReport {
+        format: Default::default(),
         kernel: "6.12.117".into(),
         mode: "fentry".into(),
         refused: Vec::new(),

@@ -9,10 +9,17 @@ use serde_json::json;
 
 use super::{
     Measurement, Progress, Workload,
-    report::{Metric, Run},
+    report::{Metric, Operations, Run},
     sys::Shared,
 };
 use crate::Error;
+
+/// What a pipe-herd run records beyond its wall time.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HerdDetails {
+    /// The token's count when the herd stopped (the limit, or a few past it).
+    pub final_count: u64,
+}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -149,14 +156,15 @@ impl Workload for PipeHerd {
                 reason: format!("{failed} herd member(s) failed"),
             });
         }
+        let tokens = progress.load(Ordering::Relaxed);
         Ok(Measurement {
             value: elapsed,
-            details: json!({
-                "final_count": progress.load(Ordering::Relaxed),
-                // A token passed is one write and one read on the pipe.
-                "operations": progress.load(Ordering::Relaxed),
-                "operation": "token (write+read)",
+            // A token passed is one write and one read on the pipe.
+            operations: Some(Operations {
+                count: tokens,
+                name: "token (write+read)".to_owned(),
             }),
+            details: super::details(HerdDetails { final_count: tokens })?,
         })
     }
 

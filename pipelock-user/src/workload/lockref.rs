@@ -18,6 +18,14 @@ use super::{
 };
 use crate::Error;
 
+/// What a lockref-stat run records beyond its rate.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LockrefDetails {
+    /// Calls made by all workers.
+    pub total: u64,
+    pub per_worker: Vec<u64>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Op {
     /// stat(2) the path: a full path walk per call.
@@ -260,18 +268,22 @@ impl Workload for LockrefStat {
         }
         Ok(Measurement {
             value: total as f64 / elapsed,
-            details: json!({ "total": total, "per_worker": counts }),
+            operations: None,
+            details: super::details(LockrefDetails {
+                total,
+                per_worker: counts,
+            })?,
         })
     }
 
     fn describe_run(&self, run: &Run) -> Vec<String> {
-        let per_worker: Vec<String> = run.details["per_worker"]
-            .as_array()
-            .map(|a| a.iter().map(|v| v.to_string()).collect())
-            .unwrap_or_default();
+        let Some(details) = super::details_of::<LockrefDetails>(run) else {
+            return Vec::new();
+        };
+        let per_worker: Vec<String> = details.per_worker.iter().map(u64::to_string).collect();
         vec![format!(
             "lockref-stat: {} calls, {:.0} ops/s (per worker: {})",
-            run.details["total"],
+            details.total,
             run.value,
             per_worker.join(" ")
         )]

@@ -23,16 +23,31 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use self::{
-    report::{Metric, Report, Run},
-    sys::{Counters, Shared},
+    report::{Counters, Metric, Operations, Report, Run},
+    sys::Shared,
 };
 use crate::Error;
+
+/// A run's details as its workload wrote them; None if they are not of
+/// type `T` (another workload's).
+pub fn details_of<T: serde::de::DeserializeOwned>(run: &Run) -> Option<T> {
+    T::deserialize(&run.details).ok()
+}
+
+/// A workload's details as a run records them.
+fn details(details: impl Serialize) -> Result<serde_json::Value, Error> {
+    serde_json::to_value(details).map_err(|e| Error::Workload {
+        reason: format!("the run's details: {e}"),
+    })
+}
 
 /// What one run of a workload measured, sent from the leader to the parent.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Measurement {
     /// The headline figure, in the workload's [`Metric`] unit.
     pub value: f64,
+    /// The workloads that count operations say how many this run did.
+    pub operations: Option<Operations>,
     /// Workload-specific detail (per-pass rates, per-thread counts…).
     pub details: serde_json::Value,
 }
@@ -191,7 +206,7 @@ pub fn run_then(
         || !std::io::IsTerminal::is_terminal(&std::io::stdout())
         || !std::io::IsTerminal::is_terminal(&std::io::stderr());
     let shared = Shared::new(workload.shared_slots())?;
-    let mut report = Report::new(workload, common);
+    let mut report = report::new(workload, common);
     crate::interrupt::catch();
     let bar = progress_bar(workload, common.runs, quiet);
 
@@ -316,8 +331,9 @@ fn run_once(
             value: measurement.value,
             elapsed_s,
             counters,
+            operations: measurement.operations,
             details: measurement.details,
-            lock_figures: None,
+            trace: None,
         })),
         Ok(LeaderMessage::Failed { error }) => Err(Error::Workload { reason: error }),
         Err(_) if libc::WIFSIGNALED(status) => Err(Error::Workload {

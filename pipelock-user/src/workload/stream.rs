@@ -18,6 +18,15 @@ use super::{
 };
 use crate::Error;
 
+/// What a pipe-stream run records beyond its rate.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StreamDetails {
+    /// Bytes that went through the pipe.
+    pub bytes: u64,
+    /// How long the stream ran, seconds.
+    pub stream_s: f64,
+}
+
 /// pipebench's source writes this much per write(2).
 const CHUNK: usize = 128 * 1024;
 
@@ -279,14 +288,19 @@ impl Workload for PipeStream {
         let bytes = moved.load(Ordering::Relaxed);
         Ok(Measurement {
             value: bytes as f64 / elapsed / (1024.0 * 1024.0),
-            details: json!({ "bytes": bytes, "stream_s": elapsed }),
+            operations: None,
+            details: super::details(StreamDetails {
+                bytes,
+                stream_s: elapsed,
+            })?,
         })
     }
 
     fn describe_run(&self, run: &Run) -> Vec<String> {
-        let bytes = run.details["bytes"].as_u64().unwrap_or(0);
-        let secs = run.details["stream_s"].as_f64().unwrap_or(run.elapsed_s);
-        vec![pipebench_summary(bytes, secs)]
+        super::details_of::<StreamDetails>(run)
+            .map(|d| pipebench_summary(d.bytes, d.stream_s))
+            .into_iter()
+            .collect()
     }
 
     fn live_status(&self, shared: &Shared, elapsed: Duration) -> Option<String> {

@@ -10,8 +10,6 @@ use std::{
     time::Duration,
 };
 
-use serde::{Deserialize, Serialize};
-
 fn last_error(what: &'static str) -> crate::Error {
     crate::Error::Io {
         what,
@@ -188,28 +186,7 @@ pub fn set_affinity(cpus: &[usize]) -> Result<(), crate::Error> {
     Ok(())
 }
 
-/// perf-stat-like counters of a whole run, children included.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Counters {
-    /// CPU time of all tasks, in milliseconds (perf's task-clock).
-    pub task_clock_ms: f64,
-    pub context_switches: u64,
-    pub cpu_migrations: u64,
-    pub page_faults: u64,
-    /// Voluntary / involuntary context switches (getrusage), always available.
-    pub nvcsw: u64,
-    pub nivcsw: u64,
-    /// "perf_event" or "getrusage" (then migrations are unknown and 0).
-    pub source: CounterSource,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CounterSource {
-    #[default]
-    PerfEvent,
-    Getrusage,
-}
+pub use super::report::{CounterSource, Counters};
 
 /// Software perf events opened with `inherit`, so every process and thread
 /// the leader creates afterwards is counted into them.

@@ -10,13 +10,24 @@ use serde_json::json;
 
 use super::{
     Measurement, Progress, Workload,
-    report::{Metric, Report, Run},
+    report::{Metric, Operations, Report, Run},
     sys::{self, Shared},
 };
 use crate::{
     Error,
     model::stats::{PIPE_THROUGHPUT_BASELINE_LPS, unixbench_index, unixbench_score},
 };
+
+/// What a pipe-throughput run records beyond its score.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ThroughputDetails {
+    /// Each pass's loops per second.
+    pub pass_lps: Vec<f64>,
+    /// The passes the score keeps (UnixBench drops the worst third).
+    pub samples_kept: usize,
+    /// The score against UnixBench's baseline machine.
+    pub index: f64,
+}
 
 /// UnixBench's pipe.c moves 512 bytes each way per iteration.
 const MESSAGE: usize = 512;
@@ -135,18 +146,20 @@ impl Workload for PipeThroughput {
         })?;
         Ok(Measurement {
             value: score,
-            details: json!({
-                "pass_lps": pass_lps,
-                "samples_kept": kept,
-                "operations": loops,
-                "operation": "write+read pair",
-                "index": unixbench_index(score, PIPE_THROUGHPUT_BASELINE_LPS),
+            operations: Some(Operations {
+                count: loops,
+                name: "write+read pair".to_owned(),
             }),
+            details: super::details(ThroughputDetails {
+                index: unixbench_index(score, PIPE_THROUGHPUT_BASELINE_LPS),
+                pass_lps,
+                samples_kept: kept,
+            })?,
         })
     }
 
     fn describe_run(&self, run: &Run) -> Vec<String> {
-        let kept = run.details["samples_kept"].as_u64().unwrap_or(0);
+        let kept = super::details_of::<ThroughputDetails>(run).map_or(0, |d| d.samples_kept);
         vec![format!(
             "{:<46}{:>12.1} lps   ({:.1} s, {kept} samples)",
             "Pipe Throughput",

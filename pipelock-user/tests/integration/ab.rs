@@ -5,6 +5,11 @@
 //! fails in the guest) is one clear line, exit 1, and no qemu left running.
 use std::time::Instant;
 
+use pipelock_user::model::{
+    AbResult, LockClass,
+    judge::{Figure, Measure, Row, Subject},
+};
+
 use super::*;
 
 /// The two kernels (6.1, 6.18), if given.
@@ -93,41 +98,45 @@ fn ab_shows_the_rd_wait_change_between_6_1_and_6_18() -> Result<Outcome> {
         "1",
     ])?;
     ensure!(code == Some(0), "ab: {code:?}: {}", error_line(&stderr));
-    let report: serde_json::Value = serde_json::from_str(&fs::read_to_string(&json)?)?;
-    let page = ab_page_shows_both_kernels(&json, &report);
-    let _ = fs::remove_file(&json);
-    let page = page?;
-    let row = |metric: &str| -> Result<&serde_json::Value> {
-        report["table"]
-            .as_array()
-            .context("no table")?
-            .iter()
-            .find(|r| r["metric"] == metric)
-            .with_context(|| format!("no {metric} row: {stdout}"))
+    let read = || -> Result<(AbResult, String)> {
+        let report: AbResult =
+            serde_json::from_str(&fs::read_to_string(&json)?).context("not an ab result")?;
+        let page = ab_page_shows_both_kernels(&json, &report)?;
+        Ok((report, page))
     };
-    let rd = row("pipe-rd-wait acquisitions per write+read pair")?;
-    let (a, b) = (
-        rd["a"]["mean"].as_f64().context("a")?,
-        rd["b"]["mean"].as_f64().context("b")?,
-    );
+    let read = read();
+    let _ = fs::remove_file(&json);
+    let (report, page) = read?;
+    let row = |class: LockClass| -> Result<&Row> {
+        let figure = Figure {
+            subject: Subject::Class(class),
+            measure: Measure::AcquisitionsPerOperation,
+        };
+        report
+            .table
+            .iter()
+            .find(|r| r.figure == figure)
+            .with_context(|| format!("no {figure:?} row: {stdout}"))
+    };
+    let rd = row(LockClass::PipeRdWait)?;
     ensure!(
-        (2.8..=3.2).contains(&a) && (0.9..=1.1).contains(&b) && rd["significant"] == true,
+        rd.metric == "pipe-rd-wait acquisitions per write+read pair",
+        "named {:?}",
+        rd.metric
+    );
+    let (a, b) = (rd.a.mean, rd.b.mean);
+    ensure!(
+        (2.8..=3.2).contains(&a) && (0.9..=1.1).contains(&b) && rd.significant,
         "rd_wait.lock per pair: 6.1 {a}, 6.18 {b}, significant {}",
-        rd["significant"]
+        rd.significant
     );
-    let mutex = row("pipe-mutex acquisitions per write+read pair")?;
-    let (ma, mb) = (
-        mutex["a"]["mean"].as_f64().context("a")?,
-        mutex["b"]["mean"].as_f64().context("b")?,
-    );
+    let mutex = row(LockClass::PipeMutex)?;
+    let (ma, mb) = (mutex.a.mean, mutex.b.mean);
     ensure!(
         (1.9..=2.1).contains(&ma) && (1.9..=2.1).contains(&mb),
         "pipe mutex per pair: 6.1 {ma}, 6.18 {mb}"
     );
-    ensure!(
-        report["kernels"][0]["runs"].as_array().map(Vec::len) == Some(3),
-        "3 raw runs of A"
-    );
+    ensure!(report.kernels[0].runs.len() == 3, "3 raw runs of A");
     ensure!(stdout.contains("%change"), "no table printed: {stdout}");
     println!("  report --html: {page}");
     println!(
@@ -140,26 +149,25 @@ register!(Host ab_shows_the_rd_wait_change_between_6_1_and_6_18);
 
 /// `pipelock report --html` of an `ab` result: each row of the table with
 /// the JSON's means, both kernels' bars on screen in Chromium.
-fn ab_page_shows_both_kernels(json: &Path, report: &serde_json::Value) -> Result<String> {
+fn ab_page_shows_both_kernels(json: &Path, report: &AbResult) -> Result<String> {
     let page = scratch("ab.html");
     let drawn = run(pipelock().arg("report").arg(json).arg("--html").arg(&page))?;
     ensure!(drawn.status.success(), "report: {}", text(&drawn.stderr));
     let html = fs::read_to_string(&page)?;
-    let rows = report["table"].as_array().context("no table")?;
+    let rows = &report.table;
     for row in rows {
-        let metric = row["metric"].as_str().context("metric")?;
+        let metric = &row.metric;
         let at = html
             .find(&format!("data-metric=\"{metric}\""))
             .with_context(|| format!("no {metric} row on the page"))?;
         let cells = &html[at..];
-        for side in ["a", "b"] {
+        for (side, want) in [("a", row.a.mean), ("b", row.b.mean)] {
             let shown: f64 = cells
                 .split(&format!("data-field=\"{side}\" data-value=\""))
                 .nth(1)
                 .and_then(|v| v.split('"').next())
                 .context("no value")?
                 .parse()?;
-            let want = row[side]["mean"].as_f64().context("mean")?;
             ensure!(
                 shown == want,
                 "{metric}: the page shows {side} = {shown}, the JSON {want}"

@@ -2,33 +2,49 @@
 //! them across runs.
 use std::collections::BTreeMap;
 
+use pipelock_user::model::{
+    LockClass, RunResult, TraceReport,
+    judge::{self, Measure, Subject},
+};
+
 use super::*;
 
+/// Which count: acquisitions or contentions.
+#[derive(Clone, Copy, Debug)]
+enum Count {
+    Acquisitions,
+    Contentions,
+}
+
 /// Per lock class, the sum of a count over the trace's rows.
-fn trace_counts(trace: &serde_json::Value, field: &str) -> BTreeMap<String, f64> {
+fn trace_counts(trace: &TraceReport, count: Count) -> BTreeMap<LockClass, f64> {
     let mut sums = BTreeMap::new();
-    for row in trace["locks"].as_array().into_iter().flatten() {
-        if let (Some(class), Some(n)) = (row["class"].as_str(), row[field].as_f64()) {
-            *sums.entry(class.to_owned()).or_default() += n;
+    for row in &trace.locks {
+        let n = match count {
+            Count::Acquisitions => row.acquisitions,
+            Count::Contentions => Some(row.contentions),
+        };
+        if let (Some(class), Some(n)) = (row.class, n) {
+            *sums.entry(class).or_default() += n as f64;
         }
     }
     sums
 }
 
-/// Per lock class, a per-operation count of each run times its operations,
-/// summed over the runs.
-fn per_run_counts(result: &serde_json::Value, what: &str) -> Result<BTreeMap<String, f64>> {
+/// Per lock class, each run's figure of the count per operation (as the
+/// judge reads it) times the run's operations, summed over the runs.
+fn per_run_counts(result: &RunResult, count: Count) -> Result<BTreeMap<LockClass, f64>> {
+    let measure = match count {
+        Count::Acquisitions => Measure::AcquisitionsPerOperation,
+        Count::Contentions => Measure::ContentionsPerOperation,
+    };
     let mut sums = BTreeMap::new();
-    for run in result["runs"].as_array().context("no runs")? {
-        let ops = run["details"]["operations"]
-            .as_f64()
-            .context("a run without operations")?;
-        let figures = run["lock_figures"]
-            .as_object()
-            .context("a run without lock figures")?;
-        for (metric, value) in figures {
-            if let Some((class, _)) = metric.split_once(&format!(" {what} per ")) {
-                *sums.entry(class.to_owned()).or_default() += value.as_f64().unwrap_or(0.0) * ops;
+    for run in &result.runs {
+        let ops = run.operations.as_ref().context("a run without operations")?.count;
+        let figures = judge::run_lock_figures(run).context("a run without its trace")?;
+        for (figure, value) in figures {
+            if let (Subject::Class(class), true) = (figure.subject, figure.measure == measure) {
+                *sums.entry(class).or_default() += value * ops as f64;
             }
         }
     }
@@ -68,15 +84,16 @@ fn run_trace_splits_its_lock_figures_by_run() -> Result<Outcome> {
         }
         let mut checked = 0;
         for json in [&a, &b] {
-            let result: serde_json::Value = serde_json::from_str(&fs::read_to_string(json)?)?;
-            for what in ["contentions", "acquisitions"] {
-                let whole = trace_counts(&result["trace"], what);
+            let result: RunResult = serde_json::from_str(&fs::read_to_string(json)?)?;
+            let trace = result.trace.as_ref().context("no trace")?;
+            for what in [Count::Contentions, Count::Acquisitions] {
+                let whole = trace_counts(trace, what);
                 let parts = per_run_counts(&result, what)?;
                 for (class, total) in &whole {
                     let summed = parts.get(class).copied().unwrap_or(0.0);
                     ensure!(
                         (summed - total).abs() <= 0.5 + total * 1e-9,
-                        "{class}: the runs' {what} add up to {summed}, the trace has {total}"
+                        "{class:?}: the runs' {what:?} add up to {summed}, the trace has {total}"
                     );
                     checked += 1;
                 }

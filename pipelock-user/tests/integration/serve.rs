@@ -461,10 +461,38 @@ pub(super) fn prometheus_query(port: u16, query: &str) -> Result<Option<f64>> {
         .collect();
     let (status, _, body) = http_get(port, &format!("/api/v1/query?query={encoded}"), None)?;
     ensure!(status == 200, "query {query}: {status} {body}");
-    let json: serde_json::Value = serde_json::from_str(&body)?;
-    Ok(json["data"]["result"][0]["value"][1]
-        .as_str()
-        .and_then(|v| v.parse().ok()))
+    let response: QueryResponse =
+        serde_json::from_str(&body).with_context(|| format!("query {query}: not an answer: {body}"))?;
+    ensure!(response.status == "success", "query {query}: {body}");
+    response
+        .data
+        .result
+        .first()
+        .map(|sample| {
+            let (_, value) = &sample.value;
+            value
+                .parse()
+                .with_context(|| format!("query {query}: the value {value:?} is not a number"))
+        })
+        .transpose()
+}
+
+/// What Prometheus's `/api/v1/query` answers to an instant query.
+#[derive(serde::Deserialize)]
+struct QueryResponse {
+    status: String,
+    data: QueryData,
+}
+
+#[derive(serde::Deserialize)]
+struct QueryData {
+    result: Vec<QuerySample>,
+}
+
+/// One series' sample: its labels, and `[unix time, "value"]`.
+#[derive(serde::Deserialize)]
+struct QuerySample {
+    value: (f64, String),
 }
 
 /// Debian's `prometheus` (and `promtool`), where installed.

@@ -1,4 +1,11 @@
 //! The built-in workloads: their figures, pinning, and what an interrupted run leaves.
+use pipelock_user::{
+    model::{CounterSource, Run, RunResult},
+    workload::{
+        herd::HerdDetails, lockref::LockrefDetails, stream::StreamDetails, throughput::ThroughputDetails,
+    },
+};
+
 use super::*;
 
 fn pipe_throughput_scores_like_unixbench() -> Result<Outcome> {
@@ -11,69 +18,72 @@ fn pipe_throughput_scores_like_unixbench() -> Result<Outcome> {
         "--runs",
         "2",
     ])?;
-    let runs = r["runs"].as_array().context("no runs")?;
-    ensure!(runs.len() == 2, "want 2 runs, got {}", runs.len());
-    for run in runs {
-        let passes: Vec<f64> = run["details"]["pass_lps"]
-            .as_array()
-            .context("no passes")?
-            .iter()
-            .filter_map(|v| v.as_f64())
-            .collect();
+    ensure!(r.runs.len() == 2, "want 2 runs, got {}", r.runs.len());
+    for run in &r.runs {
+        let details: ThroughputDetails = details(run)?;
+        let passes = &details.pass_lps;
         ensure!(passes.len() == 6, "want 6 passes");
         ensure!(
-            run["details"]["samples_kept"] == 4,
+            details.samples_kept == 4,
             "6 passes keep 4 samples (lowest third dropped)"
         );
         let mut kept = passes.clone();
         kept.sort_by(f64::total_cmp);
         let geo = (kept[2..].iter().map(|v| v.ln()).sum::<f64>() / 4.0).exp();
-        let value = run["value"].as_f64().context("no value")?;
+        let value = run.value;
         ensure!(
             (value - geo).abs() / geo < 1e-9,
             "score {value} is not the geometric mean {geo} of the kept passes"
         );
         ensure!(value > 1000.0, "implausible {value} lps");
-        let index = run["details"]["index"].as_f64().context("no index")?;
+        let index = details.index;
         ensure!((index - value / 12440.0 * 10.0).abs() < 1e-6, "index {index}");
         ensure!(
-            run["counters"]["task_clock_ms"].as_f64().unwrap_or(0.0) > 100.0,
-            "task-clock not counted: {}",
-            run["counters"]
+            run.counters.task_clock_ms > 100.0,
+            "task-clock not counted: {:?}",
+            run.counters
         );
+        let operations = run.operations.as_ref().context("no operations")?;
         ensure!(
-            run["counters"]["context_switches"].as_u64().is_some(),
-            "no context-switches"
+            operations.count > 0 && operations.name == "write+read pair",
+            "operations: {operations:?}"
         );
     }
-    ensure!(
-        r["system"]["kernel"].as_str().is_some_and(|k| !k.is_empty()),
-        "kernel not recorded"
-    );
-    ensure!(r["params"]["passes"] == 6, "params not recorded: {}", r["params"]);
+    ensure!(!r.system.kernel.is_empty(), "kernel not recorded");
+    #[derive(serde::Deserialize)]
+    struct Params {
+        passes: u32,
+    }
+    let params: Params = params(&r)?;
+    ensure!(params.passes == 6, "params not recorded: {:?}", r.params);
     Ok(Outcome::Passed)
 }
 register!(Host pipe_throughput_scores_like_unixbench);
 
 fn pipe_herd_reaches_its_limit() -> Result<Outcome> {
     let r = run_workload(&["pipe-herd", "-k", "3", "--limit", "20000"])?;
-    let run = &r["runs"][0];
-    ensure!(r["params"]["processes"] == 8, "2^3 processes: {}", r["params"]);
-    let last = run["details"]["final_count"].as_u64().context("no final count")?;
+    let run = r.runs.first().context("no run")?;
+    #[derive(serde::Deserialize)]
+    struct Params {
+        processes: u64,
+    }
+    let params: Params = params(&r)?;
+    ensure!(params.processes == 8, "2^3 processes: {:?}", r.params);
+    let last = details::<HerdDetails>(run)?.final_count;
     ensure!(last >= 20000, "the herd stopped at {last}");
+    ensure!(
+        run.operations.as_ref().is_some_and(|o| o.count == last),
+        "a token passed is an operation: {:?}",
+        run.operations
+    );
     // The herd runs in children, so this also checks that counters include
     // them: the waiting parent alone switches a handful of times and runs
     // well under a millisecond. The herd switches ~1000 times on a quiet
     // machine, but on a busy one more tokens pass per wake-up (16 switches
     // were seen); its 40 000 reads and writes take 4 ms or more of CPU
     // all the same (9 ms on that busy machine).
-    let switches = run["counters"]["context_switches"]
-        .as_u64()
-        .context("no context_switches")?;
-    let cpu_ms = run["counters"]["task_clock_ms"]
-        .as_f64()
-        .context("no task_clock_ms")?;
-    ensure!(switches > 100 || cpu_ms >= 4.0, "counters: {}", run["counters"]);
+    let (switches, cpu_ms) = (run.counters.context_switches, run.counters.task_clock_ms);
+    ensure!(switches > 100 || cpu_ms >= 4.0, "counters: {:?}", run.counters);
     Ok(Outcome::Passed)
 }
 register!(Host pipe_herd_reaches_its_limit);
@@ -81,7 +91,7 @@ register!(Host pipe_herd_reaches_its_limit);
 fn pipe_stream_moves_exactly_the_bytes_asked() -> Result<Outcome> {
     for sink in ["dev-null", "pipe"] {
         let r = run_workload(&["pipe-stream", "--bytes", "64M", "--sink", sink])?;
-        let bytes = r["runs"][0]["details"]["bytes"].as_u64().context("no bytes")?;
+        let bytes = details::<StreamDetails>(r.runs.first().context("no run")?)?.bytes;
         ensure!(
             bytes == 64 << 20,
             "{sink}: moved {bytes} bytes, asked {}",
@@ -132,20 +142,15 @@ fn lockref_stat_counts_every_worker() -> Result<Outcome> {
     ];
     for (args, expected_workers) in cases {
         let r = run_workload(args)?;
-        let run = &r["runs"][0];
-        let per_worker: Vec<u64> = run["details"]["per_worker"]
-            .as_array()
-            .context("no per-worker counts")?
-            .iter()
-            .filter_map(|v| v.as_u64())
-            .collect();
+        let details: LockrefDetails = details(r.runs.first().context("no run")?)?;
+        let per_worker = &details.per_worker;
         ensure!(
             per_worker.iter().all(|&c| c > 0),
             "{args:?}: a worker did nothing: {per_worker:?}"
         );
         ensure!(
-            per_worker.iter().sum::<u64>() == run["details"]["total"].as_u64().unwrap_or(0),
-            "total mismatch"
+            per_worker.iter().sum::<u64>() == details.total,
+            "total mismatch: {details:?}"
         );
         ensure!(
             per_worker.len() == expected_workers,
@@ -204,8 +209,8 @@ fn interrupted_herd_leaves_no_process_and_a_report() -> Result<Outcome> {
         "no report: {}",
         text(&out.stdout)
     );
-    let report: serde_json::Value = serde_json::from_str(&report.context("no JSON written on Ctrl-C")?)?;
-    ensure!(report["interrupted"] == true, "JSON does not say interrupted");
+    let report: RunResult = serde_json::from_str(&report.context("no JSON written on Ctrl-C")?)?;
+    ensure!(report.interrupted, "JSON does not say interrupted");
     Ok(Outcome::Passed)
 }
 register!(Host interrupted_herd_leaves_no_process_and_a_report);
@@ -215,27 +220,38 @@ register!(Host interrupted_herd_leaves_no_process_and_a_report);
 fn cpus_pin_every_worker() -> Result<Outcome> {
     let r = run_workload(&["pipe-herd", "-k", "2", "--limit", "5000", "--cpus", "0"])?;
     ensure!(
-        r["system"]["cpus_pinned"] == serde_json::json!([0]),
-        "pinning not recorded: {}",
-        r["system"]
+        r.system.cpus_pinned.as_deref() == Some(&[0][..]),
+        "pinning not recorded: {:?}",
+        r.system
     );
-    let counters = &r["runs"][0]["counters"];
-    if counters["source"] == "perf_event" {
+    let counters = &r.runs.first().context("no run")?.counters;
+    if counters.source == CounterSource::PerfEvent {
         ensure!(
-            counters["cpu_migrations"] == 0,
-            "pinned to one CPU, yet migrations: {counters}"
+            counters.cpu_migrations == 0,
+            "pinned to one CPU, yet migrations: {counters:?}"
         );
     }
     ensure!(
-        counters["context_switches"].as_u64().unwrap_or(0) > 0,
+        counters.context_switches > 0,
         "4 processes on one CPU never switched"
     );
     Ok(Outcome::Passed)
 }
 register!(Host cpus_pin_every_worker);
 
+/// A run's details as its workload's type; a missing or renamed field fails.
+fn details<T: serde::de::DeserializeOwned>(run: &Run) -> Result<T> {
+    T::deserialize(&run.details).with_context(|| format!("the run's details: {}", run.details))
+}
+
+/// The result's parameters as `T`; a missing or renamed one fails.
+fn params<T: serde::de::DeserializeOwned>(result: &RunResult) -> Result<T> {
+    T::deserialize(serde_json::Value::Object(result.params.clone()))
+        .with_context(|| format!("the parameters: {:?}", result.params))
+}
+
 /// Runs `pipelock run ARGS --json F -q` and returns the parsed result file.
-fn run_workload(args: &[&str]) -> Result<serde_json::Value> {
+pub(crate) fn run_workload(args: &[&str]) -> Result<RunResult> {
     let json = scratch(&format!("{}.json", args[0]));
     let out = run(pipelock()
         .arg("run")

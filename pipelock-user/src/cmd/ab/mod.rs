@@ -15,19 +15,24 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use pipelock_vm::{
-    guest_log,
-    qemu::{self, Accel, BootOptions, Machine},
-};
-use serde::Serialize;
-
 use self::guest::Kernel;
 pub use self::{
     build::{Kernels, kernels_asked},
     guest::emit,
 };
-use crate::cmd::verdict::{self as table, Figures};
-use crate::{Error, output::Outputs};
+use crate::{
+    Error,
+    model::{
+        AbResult, CommandResult, FormatVersion, KernelRuns,
+        judge::{self, Figures, Names},
+    },
+    output::Outputs,
+    render::judge::table,
+};
+use pipelock_vm::{
+    guest_log,
+    qemu::{self, Accel, BootOptions, Machine},
+};
 
 pub struct Options {
     pub kernels: Kernels,
@@ -43,46 +48,6 @@ pub struct Options {
     pub verbose: bool,
     /// The change (%) the verdict asks whether these runs could detect.
     pub detect_percent: f64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_boot_that_gave_nothing_says_why_in_words() {
-        let timeout = Duration::from_secs(9);
-        assert!(boot_failure("x\n", true, timeout).contains("within 9 s"));
-        assert!(
-            boot_failure("[ 1.0] Kernel panic - not syncing: VFS\n", false, timeout).contains("Kernel panic")
-        );
-        let firmware = "SeaBIOS (version 1.16)\nProbing EDD (edd=off to disable)... ok\u{1b}[?7l\u{1b}[2J\n";
-        assert_eq!(
-            boot_failure(firmware, false, timeout),
-            "the guest stopped without its result; its last line: Probing EDD (edd=off to disable)... ok"
-        );
-        assert!(boot_failure("\u{1b}[2J\n\n", false, timeout).contains("not a bootable kernel"));
-    }
-}
-
-/// What a result file of `ab --json` holds (`pipelock report` reads it).
-#[derive(Serialize)]
-struct AbReport<'a> {
-    command: &'a [String],
-    accel: &'static str,
-    emulated: bool,
-    runs_per_kernel: u32,
-    kernels: Vec<KernelRuns>,
-    table: &'a [table::Row],
-}
-
-#[derive(Serialize)]
-struct KernelRuns {
-    spec: String,
-    image: PathBuf,
-    release: String,
-    /// Each run's JSON result as the guest wrote it.
-    runs: Vec<serde_json::Value>,
 }
 
 fn nonce() -> String {
@@ -326,9 +291,11 @@ pub fn run(options: Options) -> Result<(), Error> {
                     .iter()
                     .find(|(name, _)| name == "result")
                     .ok_or_else(|| failed("no result came back".to_owned()))?;
-                let value: serde_json::Value = serde_json::from_slice(json)
-                    .map_err(|e| failed(format!("its result is not JSON: {e}")))?;
-                sides[at].runs.push(value);
+                let json =
+                    std::str::from_utf8(json).map_err(|e| failed(format!("its result is not text: {e}")))?;
+                let result = CommandResult::from_json(json)
+                    .map_err(|why| failed(format!("its result cannot be read: {why}")))?;
+                sides[at].runs.push(result);
             }
         }
         let mut sides = sides.into_iter();
@@ -344,14 +311,15 @@ pub fn run(options: Options) -> Result<(), Error> {
         side.runs
             .iter()
             .map(|run| {
-                table::figures(run).map_err(|reason| Error::Guest {
+                judge::figures(run).map_err(|reason| Error::Guest {
                     kernel: side.spec.clone(),
                     reason,
                 })
             })
             .collect()
     };
-    let rows = table::compare(&figures(&a)?, &figures(&b)?, options.detect_percent);
+    let names = a.runs.first().map(Names::of).unwrap_or_default();
+    let rows = judge::compare(&figures(&a)?, &figures(&b)?, &names, options.detect_percent);
     println!(
         "pipelock ab: {} — {} run(s) per kernel, accel {}{}",
         options.command.join(" "),
@@ -364,17 +332,35 @@ pub fn run(options: Options) -> Result<(), Error> {
         }
     );
     println!("A: {} ({})\nB: {} ({})\n", a.release, a.spec, b.release, b.spec);
-    print!(
-        "{}",
-        table::render(&a.release, &b.release, &rows, options.detect_percent)
-    );
-    let report = AbReport {
-        command: &options.command,
-        accel: accel.name(),
+    print!("{}", table(&a.release, &b.release, &rows, options.detect_percent));
+    let report = AbResult {
+        format: FormatVersion,
+        command: options.command.clone(),
+        accel: accel.name().to_owned(),
         emulated,
         runs_per_kernel: options.runs,
-        kernels: vec![a, b],
-        table: &rows,
+        kernels: [a, b],
+        table: rows,
     };
     outputs.write_with(|_| serde_json::to_vec_pretty(&report).map_err(std::io::Error::other))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_boot_that_gave_nothing_says_why_in_words() {
+        let timeout = Duration::from_secs(9);
+        assert!(boot_failure("x\n", true, timeout).contains("within 9 s"));
+        assert!(
+            boot_failure("[ 1.0] Kernel panic - not syncing: VFS\n", false, timeout).contains("Kernel panic")
+        );
+        let firmware = "SeaBIOS (version 1.16)\nProbing EDD (edd=off to disable)... ok\u{1b}[?7l\u{1b}[2J\n";
+        assert_eq!(
+            boot_failure(firmware, false, timeout),
+            "the guest stopped without its result; its last line: Probing EDD (edd=off to disable)... ok"
+        );
+        assert!(boot_failure("\u{1b}[2J\n\n", false, timeout).contains("not a bootable kernel"));
+    }
 }
