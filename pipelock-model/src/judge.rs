@@ -12,7 +12,7 @@ use pipelock_common::{Histogram, loglinear};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    CommandResult, Counters, LockClass, Metric, Run, Timing, TraceReport,
+    CommandResult, Counters, LockClass, Metric, Run, RunResult, Timing, TraceReport,
     stats::{Difference, Summary, runs_needed, welch_t_test},
     timing::merge,
 };
@@ -177,15 +177,19 @@ pub struct Names {
 impl Names {
     pub fn of(result: &CommandResult) -> Self {
         match result {
-            CommandResult::Run(run) => Self {
-                workload: Some(run.workload.clone()),
-                metric: Some(run.metric.clone()),
-                operation: run
-                    .runs
-                    .iter()
-                    .find_map(|r| r.operations.as_ref().map(|o| o.name.clone())),
-            },
+            CommandResult::Run(run) => Self::of_run(run),
             CommandResult::Trace(_) => Self::default(),
+        }
+    }
+
+    pub fn of_run(run: &RunResult) -> Self {
+        Self {
+            workload: Some(run.workload.clone()),
+            metric: Some(run.metric.clone()),
+            operation: run
+                .runs
+                .iter()
+                .find_map(|r| r.operations.as_ref().map(|o| o.name.clone())),
         }
     }
 }
@@ -300,26 +304,21 @@ pub fn lock_figures(trace: &TraceReport, operations: Option<u64>) -> Figures {
         let hooked = rows.iter().any(|r| r.acquisitions.is_some());
         let acquisitions: u64 = rows.iter().filter_map(|r| r.acquisitions).sum();
         let contentions: u64 = rows.iter().map(|r| r.contentions).sum();
-        let counts = match operations {
-            Some(ops) => [
-                (
+        let (per, divisor) = match operations {
+            Some(ops) => (
+                [
                     Measure::AcquisitionsPerOperation,
-                    acquisitions as f64 / ops as f64,
-                ),
-                (Measure::ContentionsPerOperation, contentions as f64 / ops as f64),
-            ],
-            None => [
-                (Measure::Acquisitions, acquisitions as f64),
-                (Measure::Contentions, contentions as f64),
-            ],
+                    Measure::ContentionsPerOperation,
+                ],
+                ops as f64,
+            ),
+            None => ([Measure::Acquisitions, Measure::Contentions], 1.0),
         };
-        for (at, (measure, value)) in counts.into_iter().enumerate() {
-            // Tracepoint mode sees contentions only.
-            if at == 0 && !hooked {
-                continue;
-            }
-            out.insert(Figure::class(class, measure), value);
+        // Tracepoint mode sees contentions only.
+        if hooked {
+            out.insert(Figure::class(class, per[0]), acquisitions as f64 / divisor);
         }
+        out.insert(Figure::class(class, per[1]), contentions as f64 / divisor);
         timing_figures(
             rows.iter().filter_map(|r| r.wait.clone()),
             Measure::Wait,

@@ -39,7 +39,7 @@ pub fn rows(a: &Report, b: &Report) -> Result<Vec<Row>, Error> {
 fn names(a: &Report, with_workload: bool) -> Names {
     Names {
         workload: with_workload.then(|| a.workload.clone()),
-        ..Names::of(&crate::model::CommandResult::Run(Box::new(a.clone())))
+        ..Names::of_run(a)
     }
 }
 

@@ -56,10 +56,7 @@ fn trace_of(result: CommandResult) -> Result<(TraceReport, Option<(String, Strin
         )
     });
     let Some(trace) = run.trace else {
-        return Err(format!(
-            "a {} result without a trace (run it with --trace)",
-            run.workload
-        ));
+        return Err(without_trace(&run));
     };
     Ok((
         trace,
@@ -67,11 +64,18 @@ fn trace_of(result: CommandResult) -> Result<(TraceReport, Option<(String, Strin
     ))
 }
 
+fn without_trace(run: &RunResult) -> String {
+    format!("a {} result without a trace (run it with --trace)", run.workload)
+}
+
 /// Each class's waits and holds over every run of one kernel.
 fn merged_classes(runs: &[CommandResult]) -> Result<ClassHistograms, String> {
     let mut classes = ClassHistograms::new();
     for run in runs {
-        let (trace, _) = trace_of(run.clone())?;
+        let trace = match run {
+            CommandResult::Trace(trace) => trace.as_ref(),
+            CommandResult::Run(run) => run.trace.as_ref().ok_or_else(|| without_trace(run))?,
+        };
         for row in &trace.locks {
             let class = crate::model::class_label(row.class).to_owned();
             let at = match classes.iter().position(|(c, ..)| *c == class) {
