@@ -90,6 +90,10 @@ pub struct TraceReport {
     /// CPU time pipelock's own process used since attaching (the collector;
     /// not the traced load's, not the one-off loading).
     pub tracer_cpu_s: Option<f64>,
+    /// The collector's running total against its bound, and pipelock's own
+    /// memory (live traces only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector: Option<CollectorFill>,
     /// What the text and CSV rows are (`--by`); `locks` is always there.
     #[serde(default)]
     pub by: ByKey,
@@ -119,6 +123,7 @@ impl TraceReport {
             programs: Vec::new(),
             maps: Vec::new(),
             tracer_cpu_s: None,
+            collector: None,
             by: ByKey::Lock,
             by_caller: Vec::new(),
             by_task: Vec::new(),
@@ -155,6 +160,25 @@ pub struct Refusal {
     pub reason: String,
     /// The whole error, every cause on one line.
     pub detail: String,
+}
+
+/// Locks a running total keeps one by one by default (`--track-locks`): a
+/// trace of a churning system for hours then needs the memory of this many
+/// locks, not of every lock it ever saw.
+pub const DEFAULT_TRACKED_LOCKS: usize = 8192;
+
+/// What pipelock keeps in userspace: the locks its running total holds one
+/// by one against `--track-locks`, and its resident memory. Past the bound
+/// the longest idle locks are folded into per-class rows, so a trace of a
+/// churning system needs the same memory after an hour as after a minute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectorFill {
+    pub tracked: usize,
+    pub max_tracked: usize,
+    /// Locks folded into per-class rows so far.
+    pub retired: u64,
+    /// `VmRSS` of pipelock's process at this drain.
+    pub resident_bytes: Option<u64>,
 }
 
 /// Entries in one of pipelock's maps.

@@ -164,6 +164,13 @@ pub struct TracingArgs {
     /// `stats_full`; the report header gives the maps' kernel memory.
     #[arg(long, value_name = "N")]
     pub max_locks: Option<u32>,
+    /// Locks pipelock keeps one by one across drains; past that, the
+    /// longest idle are folded into per-class "retired locks" rows, so a
+    /// long trace of a churning system needs the same memory after an hour
+    /// as after a minute (`--verbose` shows the fill and pipelock's memory).
+    #[arg(long, value_name = "N", default_value_t = crate::model::DEFAULT_TRACKED_LOCKS,
+          value_parser = clap::value_parser!(u32).range(16..=1_048_576).map(|n| n as usize))]
+    pub track_locks: usize,
     /// Record the kernel call stack of each contended acquisition
     /// (fentry/kprobe: of every acquisition), like `perf lock contention`'s
     /// callers: each lock lists the stacks its waits came from.

@@ -27,6 +27,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             mode: args.tracing.mode,
             interval: args.interval,
             filters: args.filters(),
+            track_locks: args.tracing.track_locks,
             by: args.by,
             load: match (args.workload, args.command.is_empty()) {
                 (Some(workload), _) => top::Load::Workload(workload.name().to_owned()),
@@ -39,6 +40,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             listen: args.listen,
             mode: args.tracing.mode,
             filters: args.tracing.filters(false),
+            track_locks: args.tracing.track_locks,
             per_lock_top: args.per_lock_top,
             addresses: if args.expose_addresses {
                 Addresses::Exposed

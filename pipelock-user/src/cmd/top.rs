@@ -47,6 +47,8 @@ pub struct Options {
     pub mode: Option<AttachMode>,
     pub interval: Duration,
     pub filters: Filters,
+    /// `--track-locks`.
+    pub track_locks: usize,
     /// What the table's rows are at start (`b` switches).
     pub by: ByKey,
     pub load: Load,
@@ -61,6 +63,7 @@ pub fn run(options: Options) -> Result<(), Error> {
         ));
     }
     let mut tracer = Tracer::attach(options.mode, &options.filters, options.ebpf_log)?;
+    tracer.set_track_locks(options.track_locks);
     // The header shows pipelock's own cost, so top pays for measuring it.
     tracer.enable_run_stats();
     crate::interrupt::catch();

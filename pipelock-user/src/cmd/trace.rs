@@ -68,6 +68,7 @@ pub fn run(args: &TraceArgs, ebpf_log: bool) -> Result<(), Error> {
     interrupt::catch();
     let mut tracer = Tracer::attach_bodies(args.tracing.mode, &filters, ebpf_log, bodies)?;
     tracer.set_view(args.view());
+    tracer.set_track_locks(args.tracing.track_locks);
     if args.bpf_stats {
         tracer.enable_run_stats();
     }

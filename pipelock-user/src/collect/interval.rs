@@ -14,17 +14,12 @@ use crate::{
     Error,
     bpf::maps::{self, Identities, Taken},
     model::{
-        LockClass, MapFill, Snapshot, SortKey, TraceReport,
+        CollectorFill, LockClass, MapFill, Snapshot, SortKey, TraceReport,
         owners::{fold_details, merge_details},
         sort_rows,
         timing::merge_stats,
     },
 };
-
-/// Locks a running total keeps one by one before the longest idle are folded
-/// into per-class "retired" rows: a trace of a churning system for hours then
-/// needs the memory of this many locks, not of every lock it ever saw.
-pub const MAX_TRACKED_LOCKS: usize = 8192;
 
 /// Everything since attach (or the last reset), bounded: no aya, no I/O.
 /// Parts (owners, callers, tasks) the running total keeps per tracked lock
@@ -71,6 +66,16 @@ impl RunningTotal {
             known,
             ticks: 0,
             max_tracked,
+        }
+    }
+
+    /// How full the running total is, for the `--verbose` report.
+    pub fn fill(&self) -> CollectorFill {
+        CollectorFill {
+            tracked: self.taken.stats.len(),
+            max_tracked: self.max_tracked,
+            retired: self.retired.values().map(|(count, _)| count).sum(),
+            resident_bytes: resident_bytes(),
         }
     }
 
@@ -160,7 +165,7 @@ pub struct IntervalCollector {
 impl IntervalCollector {
     pub fn new(tracer: &Tracer) -> Self {
         Self {
-            total: RunningTotal::new(MAX_TRACKED_LOCKS),
+            total: RunningTotal::new(tracer.track_locks()),
             last: tracer.started(),
             since: tracer.started(),
             part: None,
@@ -169,7 +174,7 @@ impl IntervalCollector {
 
     /// Keeps a second running total that `end_part` reports and restarts.
     pub fn track_parts(&mut self) {
-        self.part = Some((RunningTotal::new(MAX_TRACKED_LOCKS), Instant::now()));
+        self.part = Some((RunningTotal::new(self.total.max_tracked), Instant::now()));
     }
 
     /// Starts the running total afresh (`r` in `pipelock top`).
@@ -217,6 +222,7 @@ impl IntervalCollector {
     pub fn interval_report(&self, tracer: &Tracer, drained: &Drained) -> Result<TraceReport, Error> {
         let mut report = tracer.build_report(&drained.fresh, &self.total.known, drained.interval)?;
         report.maps = drained.fill.clone();
+        report.collector = Some(self.total.fill());
         Ok(report)
     }
 
@@ -225,6 +231,7 @@ impl IntervalCollector {
     pub fn total_report(&self, tracer: &Tracer, fill: &[MapFill]) -> Result<TraceReport, Error> {
         let mut total = report_of(tracer, &self.total, &self.total.known, self.since)?;
         total.maps = fill.to_vec();
+        total.collector = Some(self.total.fill());
         Ok(total)
     }
 
@@ -272,6 +279,20 @@ fn report_of(
         report.totals = TraceReport::totals(&report.locks);
     }
     Ok(report)
+}
+
+/// `VmRSS` of pipelock's own process.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// One drain: the figures since the previous one, and the maps' fill.
@@ -338,6 +359,12 @@ mod tests {
         assert_eq!(kept + retired, sum, "every contention is in a row");
         let (count, _) = total.retired[&Some(LockClass::PipeMutex)];
         assert_eq!(count as usize + total.taken.stats.len(), 50 * 20 + 1);
+        let fill = total.fill();
+        assert_eq!(
+            (fill.tracked, fill.max_tracked, fill.retired),
+            (total.taken.stats.len(), 100, count),
+            "the --verbose line counts what the total holds"
+        );
         assert!(
             total.known.info.len() <= 100,
             "identities of retired locks are forgotten"

@@ -77,6 +77,8 @@ pub struct Tracer {
     stack_sample: u32,
     /// How reports are cut (`--by`, `--stack-depth`, filters).
     view: ReportView,
+    /// Locks the collector keeps one by one (`--track-locks`).
+    track_locks: usize,
     /// The kernel's preemption model, where debugfs says: whether fentry
     /// programs can be preempted mid-run.
     preemption: Option<String>,
@@ -263,6 +265,7 @@ impl Tracer {
             holder_split,
             stack_sample: config.stack_sample,
             view: ReportView::default(),
+            track_locks: crate::model::DEFAULT_TRACKED_LOCKS,
             preemption,
             kprobes,
         })
@@ -304,6 +307,16 @@ impl Tracer {
     /// How the reports are cut from now on.
     pub fn set_view(&mut self, view: ReportView) {
         self.view = view;
+    }
+
+    /// Locks the running totals keep one by one before folding the
+    /// longest idle into per-class rows.
+    pub fn set_track_locks(&mut self, locks: usize) {
+        self.track_locks = locks;
+    }
+
+    pub fn track_locks(&self) -> usize {
+        self.track_locks
     }
 
     /// What this mode or kernel could not measure, class by class.
@@ -392,6 +405,7 @@ impl Tracer {
             tracer_cpu_s: own_cpu_seconds()
                 .zip(self.cpu_at_attach)
                 .map(|(now, attached)| now - attached),
+            collector: None,
             by: self.view.by,
             by_caller,
             by_task,

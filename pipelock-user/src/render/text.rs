@@ -1,7 +1,7 @@
 //! The report as text: perf-lock-style tables, times scaled ns/us/ms/s.
 use super::header;
 use crate::{
-    model::{ByKey, LockRow, MapFill, ProgramStats, TraceReport, class_label},
+    model::{ByKey, CollectorFill, LockRow, MapFill, ProgramStats, TraceReport, class_label},
     units::{human_mib, human_ns},
 };
 
@@ -29,6 +29,9 @@ pub fn render(report: &TraceReport, top: usize, verbose: bool) -> String {
     }
     if verbose && !report.maps.is_empty() {
         out.push_str(&maps_table(&report.maps));
+    }
+    if let Some(collector) = report.collector.filter(|_| verbose) {
+        out.push_str(&collector_line(&collector));
     }
     if verbose && !report.programs.is_empty() {
         out.push_str(&programs_table(&report.programs));
@@ -207,6 +210,19 @@ fn maps_table(maps: &[MapFill]) -> String {
         ]);
     }
     format!("kernel maps at the last drain:\n{table}\n")
+}
+
+/// `--verbose`: the userspace running total against `--track-locks`, and
+/// pipelock's own resident memory.
+fn collector_line(c: &CollectorFill) -> String {
+    format!(
+        "pipelock's collector: {} of {} locks kept one by one (--track-locks), {} retired into per-class rows; \
+         resident memory {}\n",
+        c.tracked,
+        c.max_tracked,
+        c.retired,
+        c.resident_bytes.map_or_else(na, human_mib)
+    )
 }
 
 /// `--verbose`: every program, how often it ran and how often the kernel

@@ -7,8 +7,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::groups::{GroupRow, Groupings, join_groups};
 use crate::model::{
-    ByKey, CallerRow, HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Refusal, Snapshot, Timing,
-    TraceReport, class_label,
+    ByKey, CallerRow, CollectorFill, HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Refusal,
+    Snapshot, Timing, TraceReport, class_label,
 };
 
 /// Owners per row kept for the detail pane.
@@ -177,6 +177,8 @@ pub struct App {
     pub history: HashMap<(u64, u64), VecDeque<u64>>,
     pub drops: Vec<(String, u64)>,
     pub fill: Vec<MapFill>,
+    /// The running total against `--track-locks`, and pipelock's memory.
+    pub collector: Option<CollectorFill>,
     /// pipelock's programs over the last interval: runs per second, ns per run.
     pub bpf_runs_per_s: f64,
     pub bpf_ns_per_run: Option<f64>,
@@ -242,6 +244,7 @@ impl App {
             .filter(|(_, v)| *v > 0)
             .collect();
         self.fill = fill;
+        self.collector = total.collector;
         self.rows = join_rows(&interval, &total, seconds);
         if self.groupings.callers {
             self.callers = join_groups(&interval.by_caller, &total.by_caller, seconds);

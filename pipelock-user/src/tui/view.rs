@@ -147,6 +147,15 @@ fn draw_kernel_pane(frame: &mut Frame, area: Rect, app: &App) {
             m.memlock_bytes.map_or_else(|| "n/a".to_owned(), human_mib)
         )));
     }
+    if let Some(c) = &app.collector {
+        lines.push(Line::from(format!(
+            " pipelock keeps {} of {} locks one by one (--track-locks), {} retired; resident memory {}",
+            c.tracked,
+            c.max_tracked,
+            c.retired,
+            c.resident_bytes.map_or_else(|| "n/a".to_owned(), human_mib)
+        )));
+    }
     lines.push(Line::from(""));
     lines.push(Line::from(if app.drops.is_empty() {
         " dropped events: none".to_owned()

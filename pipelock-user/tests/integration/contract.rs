@@ -123,6 +123,7 @@ fn bad_input_is_one_clear_line() -> Result<Outcome> {
             "cannot be used with",
         ),
         (&["trace", "--sort", "fastest"], 2, "invalid value 'fastest'"),
+        (&["trace", "--track-locks", "8"], 2, "16..=1048576"),
         (&["run", "no-such-workload"], 2, "unrecognized subcommand"),
         (
             &["run", "pipe-throughput", "--duration", "0"],

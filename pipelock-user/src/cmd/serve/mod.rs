@@ -46,6 +46,8 @@ pub struct Options {
     pub listen: String,
     pub mode: Option<AttachMode>,
     pub filters: Filters,
+    /// `--track-locks`.
+    pub track_locks: usize,
     pub per_lock_top: usize,
     pub addresses: Addresses,
     pub interval: Duration,
@@ -116,6 +118,7 @@ pub fn run(options: Options) -> Result<(), Error> {
     };
     let listener = bind(&options.listen)?;
     let mut tracer = Tracer::attach(options.mode, &options.filters, options.ebpf_log)?;
+    tracer.set_track_locks(options.track_locks);
     // The tracer's own cost is one of the exported metrics.
     tracer.enable_run_stats();
     // Everything that needs a privilege is done: the maps are read through
