@@ -1,5 +1,7 @@
 //! How counters and histograms inside map values are updated: atomic adds
 //! where every CPU writes the value, plain adds on a CPU's own.
+use core::marker::PhantomData;
+
 use pipelock_common::{Histogram, loglinear};
 
 /// `*at += value`, atomically (BPF's `lock *(u64 *)(r + 0) += v`).
@@ -27,34 +29,168 @@ unsafe fn atomic_inc32(at: *mut u32) {
     };
 }
 
-/// `*counter += value` on a statistics value, which every CPU updates (and,
-/// as fentry programs run with only migration disabled, several tasks on
-/// one CPU too): a plain read-modify-write would lose updates, an atomic
-/// add (BPF's `lock +=`) cannot.
-#[inline(always)]
-pub(crate) fn bump(counter: &mut u64, value: u64) {
-    // SAFETY: a live, aligned map value.
-    unsafe { atomic_add(counter, value) };
+/// How the counters of a map value may be updated, as a type: a value
+/// every CPU may update at once takes [`Atomic`] adds, a CPU's own one
+/// [`Plain`] adds.
+pub(crate) trait Adds {
+    /// `*at += value`.
+    ///
+    /// # Safety
+    /// `at` points into a live, aligned map value this kind of add is
+    /// right for (see [`MapValue::new`]).
+    unsafe fn add(at: *mut u64, value: u64);
+
+    /// `*at += 1` on a 4-byte histogram bucket.
+    ///
+    /// # Safety
+    /// As for [`Adds::add`].
+    unsafe fn inc(at: *mut u32);
 }
 
-/// How a value is updated: atomic adds on a map value every CPU writes,
-/// or plain ones on this CPU's own (tracepoint mode's CPU-local tables, see
-/// `crate::cpu_local`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Update {
-    Shared,
-    Here,
-}
+/// A value every CPU updates (and, as fentry programs run with only
+/// migration disabled, several tasks on one CPU too): a plain
+/// read-modify-write would lose updates, an atomic add (BPF's `lock +=`)
+/// cannot.
+pub(crate) enum Atomic {}
 
-/// Adds `value` to a counter updated as `how` says.
-#[inline(always)]
-pub(crate) fn add(counter: &mut u64, value: u64, how: Update) {
-    if how == Update::Here {
-        *counter += value;
-    } else {
-        bump(counter, value);
+/// This CPU's own value, which one program run at a time updates
+/// (`crate::cpu_local` says which programs may): plain adds.
+pub(crate) enum Plain {}
+
+impl Adds for Atomic {
+    #[inline(always)]
+    unsafe fn add(at: *mut u64, value: u64) {
+        // SAFETY: as the caller promises.
+        unsafe { atomic_add(at, value) };
+    }
+
+    #[inline(always)]
+    unsafe fn inc(at: *mut u32) {
+        // SAFETY: as the caller promises.
+        unsafe { atomic_inc32(at) };
     }
 }
+
+impl Adds for Plain {
+    #[inline(always)]
+    unsafe fn add(at: *mut u64, value: u64) {
+        // SAFETY: as the caller promises; nothing else writes it meanwhile.
+        unsafe { *at += value };
+    }
+
+    #[inline(always)]
+    unsafe fn inc(at: *mut u32) {
+        // SAFETY: as for `add`.
+        unsafe { *at += 1 };
+    }
+}
+
+/// A map value updated only as `A` allows, reached through its pointer and
+/// never through a `&mut`: another CPU's update of a shared value would
+/// alias any reference to it.
+pub(crate) struct MapValue<T, A> {
+    at: *mut T,
+    adds: PhantomData<A>,
+}
+
+/// The address of a field of the value a [`MapValue`] method is given,
+/// e.g. `stats.add(field!(contentions), 1)`.
+macro_rules! field {
+    ($($path:tt)+) => {
+        // SAFETY: the method passes its own live, aligned value; only the
+        // field's address is taken, no reference.
+        |value| unsafe { &raw mut (*value).$($path)+ }
+    };
+}
+pub(crate) use field;
+
+impl<T, A: Adds> MapValue<T, A> {
+    /// # Safety
+    /// `at` is a live, aligned map value for the rest of the program's
+    /// run, and `A` is right for it: [`Plain`] only where no other program
+    /// run can write it meanwhile.
+    #[inline(always)]
+    pub(crate) unsafe fn new(at: *mut T) -> Self {
+        Self {
+            at,
+            adds: PhantomData,
+        }
+    }
+
+    /// `field += value`.
+    #[inline(always)]
+    pub(crate) fn add(&self, field: impl FnOnce(*mut T) -> *mut u64, value: u64) {
+        // SAFETY: a field of a live value `A` is right for (`new`).
+        unsafe { A::add(field(self.at), value) };
+    }
+
+    /// `field = max(field, value)`, a plain compare and store: BPF has no
+    /// atomic max before compare-and-exchange, which needs a newer BPF
+    /// ISA, so two updates at once can lose a maximum, never a count.
+    #[inline(always)]
+    pub(crate) fn raise(&self, field: impl FnOnce(*mut T) -> *mut u64, value: u64) {
+        let at = field(self.at);
+        // SAFETY: a field of a live, aligned value; a racing store may win.
+        unsafe {
+            if value > at.read_volatile() {
+                at.write_volatile(value);
+            }
+        }
+    }
+
+    /// The field's value now (another CPU's update may follow at once).
+    #[inline(always)]
+    pub(crate) fn load(&self, field: impl FnOnce(*mut T) -> *mut u64) -> u64 {
+        // SAFETY: a field of a live, aligned value.
+        unsafe { field(self.at).read_volatile() }
+    }
+
+    /// `field = value`, a plain store: of two at once, either may stay.
+    #[inline(always)]
+    pub(crate) fn store(&self, field: impl FnOnce(*mut T) -> *mut u64, value: u64) {
+        // SAFETY: a field of a live, aligned value.
+        unsafe { field(self.at).write_volatile(value) };
+    }
+
+    /// Adds one duration to a histogram field. No `count`: it is the sum of
+    /// the buckets, which userspace takes (one add less per duration).
+    #[inline(always)]
+    pub(crate) fn record(&self, hist: impl FnOnce(*mut T) -> *mut Histogram, ns: u64) {
+        let hist = hist(self.at);
+        // SAFETY: fields of a live, aligned value `A` is right for.
+        unsafe {
+            A::add(&raw mut (*hist).total_ns, ns);
+            let max = &raw mut (*hist).max_ns;
+            if ns > max.read_volatile() {
+                max.write_volatile(ns);
+            }
+            let index = forget_range(loglinear::bucket(ns));
+            if index < loglinear::BUCKETS {
+                A::inc((&raw mut (*hist).buckets).cast::<u32>().add(index));
+            }
+        }
+    }
+}
+
+/// A map value of one of two kinds, chosen at run time (a CPU's own table
+/// when it has room, else the shared map): each arm is updated as its type
+/// allows, [`with_value!`] runs the same code for either.
+pub(crate) enum EitherValue<T> {
+    Here(MapValue<T, Plain>),
+    Shared(MapValue<T, Atomic>),
+}
+
+/// Runs `$body` with `$value` bound to the [`MapValue`] inside an
+/// [`EitherValue`], whichever its kind.
+macro_rules! with_value {
+    ($either:expr, |$value:ident| $body:expr) => {
+        match $either {
+            $crate::counters::EitherValue::Here($value) => $body,
+            $crate::counters::EitherValue::Shared($value) => $body,
+        }
+    };
+}
+pub(crate) use with_value;
 
 /// `index`, with what the compiler knows of its range forgotten. A bucket
 /// index comes from a count of leading zeros, which BPF spells as bit
@@ -68,32 +204,4 @@ fn forget_range(mut index: usize) -> usize {
         core::arch::asm!("{0} = {0}", inout(reg) index, options(pure, nomem, nostack, preserves_flags))
     };
     index
-}
-
-/// Adds one duration to a histogram every CPU updates.
-#[inline(always)]
-pub(crate) fn record(hist: &mut Histogram, ns: u64) {
-    record_as(hist, ns, Update::Shared);
-}
-
-/// Adds one duration to a histogram updated as `how` says. The maximum is
-/// a plain compare and store (BPF has no atomic max before
-/// compare-and-exchange, which needs a newer BPF ISA): two updates at once
-/// can lose a maximum, never a count.
-#[inline(always)]
-pub(crate) fn record_as(hist: &mut Histogram, ns: u64, how: Update) {
-    // No `count`: it is the sum of the buckets, which userspace takes (one
-    // add less per recorded duration).
-    add(&mut hist.total_ns, ns, how);
-    if ns > hist.max_ns {
-        hist.max_ns = ns;
-    }
-    if let Some(slot) = hist.buckets.get_mut(forget_range(loglinear::bucket(ns))) {
-        if how == Update::Here {
-            *slot += 1;
-        } else {
-            // SAFETY: a live, aligned map value.
-            unsafe { atomic_inc32(slot) };
-        }
-    }
 }

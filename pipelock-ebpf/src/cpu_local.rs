@@ -21,12 +21,12 @@
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use pipelock_common::{
     CPU_LOCAL_LOCKS, CPU_LOCAL_PARTS, CpuLocalDetails, CpuLocalStats, DetailKey, DetailStats, LockKey,
-    LockStats, sampling,
+    LockStats,
 };
 
 use crate::{
-    counters::Update,
-    details::record_weighed,
+    counters::{EitherValue, MapValue, Plain},
+    details::{add_weighed, record_weighed},
     maps::{in_interval_map, interval, stats_of},
 };
 
@@ -41,22 +41,21 @@ pub(crate) static CPU_DETAILS_A: PerCpuArray<CpuLocalDetails> = PerCpuArray::wit
 #[map]
 pub(crate) static CPU_DETAILS_B: PerCpuArray<CpuLocalDetails> = PerCpuArray::with_max_entries(1, 0);
 
-/// The statistics of `key` to record a wait or hold in, and how to update
-/// them: in this CPU's local table if `cpu_local` (a pipe's own lock, from a program
-/// the local table is safe for) and it has room, else in the shared map.
+/// The statistics of `key` to record a wait or hold in: in this CPU's
+/// local table if `cpu_local` (a pipe's own lock, from a program the local
+/// table is safe for) and it has room, else in the shared map.
 #[inline(always)]
-pub(crate) fn stats_to_record(key: &LockKey, cpu_local: bool) -> Option<(&'static mut LockStats, Update)> {
+pub(crate) fn stats_to_record(key: &LockKey, cpu_local: bool) -> Option<EitherValue<LockStats>> {
     if cpu_local && let Some(stats) = cpu_local_stats_of(key) {
-        return Some((stats, Update::Here));
+        return Some(EitherValue::Here(stats));
     }
-    // SAFETY: a live map value; every update of it is atomic (`Shared`).
-    Some((unsafe { &mut *stats_of(key)? }, Update::Shared))
+    Some(EitherValue::Shared(stats_of(key)?))
 }
 
 /// This CPU's statistics of `key`: its entry in the local table, taken if free.
 /// None once the local table holds other locks.
 #[inline(always)]
-fn cpu_local_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
+fn cpu_local_stats_of(key: &LockKey) -> Option<MapValue<LockStats, Plain>> {
     let table = in_interval_map(interval() % 2 != 0, &CPU_LOCAL_A, &CPU_LOCAL_B, |map| {
         map.get_ptr_mut(0)
     })?;
@@ -69,14 +68,16 @@ fn cpu_local_stats_of(key: &LockKey) -> Option<&'static mut LockStats> {
         } else if *entry != *key {
             continue;
         }
-        return table.stats.get_mut(at);
+        let stats = table.stats.get_mut(at)?;
+        // SAFETY: as above: this CPU's own, one program run at a time.
+        return Some(unsafe { MapValue::new(stats) });
     }
     None
 }
 
 /// This CPU's figures of part `key`: one of its two entries, taken if free.
 #[inline(always)]
-fn cpu_local_detail_of(key: &DetailKey) -> Option<&'static mut DetailStats> {
+fn cpu_local_detail_of(key: &DetailKey) -> Option<MapValue<DetailStats, Plain>> {
     let table = in_interval_map(interval() % 2 != 0, &CPU_DETAILS_A, &CPU_DETAILS_B, |map| {
         map.get_ptr_mut(0)
     })?;
@@ -90,7 +91,9 @@ fn cpu_local_detail_of(key: &DetailKey) -> Option<&'static mut DetailStats> {
         } else if *entry != *key {
             continue;
         }
-        return table.stats.get_mut(at);
+        let part = table.stats.get_mut(at)?;
+        // SAFETY: as in `cpu_local_stats_of`.
+        return Some(unsafe { MapValue::new(part) });
     }
     None
 }
@@ -103,7 +106,7 @@ pub(crate) fn record_contended_wait(
     kind: u32,
     id: u32,
     ns: u64,
-) -> Option<(&'static mut DetailStats, Update)> {
+) -> Option<EitherValue<DetailStats>> {
     record_contended_weighed(lock, kind, id, 1, ns)
 }
 
@@ -116,23 +119,12 @@ pub(crate) fn record_contended_weighed(
     id: u32,
     weight: u64,
     ns: u64,
-) -> Option<(&'static mut DetailStats, Update)> {
+) -> Option<EitherValue<DetailStats>> {
     if let Some(part) = cpu_local_detail_of(&DetailKey { lock, kind, id }) {
-        part.contentions += weight;
-        part.wait_ns += ns * weight;
-        if ns > part.wait_max_ns {
-            part.wait_max_ns = ns;
-        }
-        if weight > 1 {
-            part.sampled[sampling::RECORDS] += 1;
-            part.sampled[sampling::CONTENDED] += 1;
-            part.sampled[sampling::WAIT_SQUARES] += sampling::square(ns);
-            part.sampled[sampling::WAIT_SUM] += ns;
-        }
-        return Some((part, Update::Here));
+        add_weighed(&part, weight, false, true, ns, 0);
+        return Some(EitherValue::Here(part));
     }
-    Some((
-        record_weighed(lock, kind, id, weight, false, true, ns, 0)?,
-        Update::Shared,
-    ))
+    Some(EitherValue::Shared(record_weighed(
+        lock, kind, id, weight, false, true, ns, 0,
+    )?))
 }

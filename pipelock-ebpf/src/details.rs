@@ -12,7 +12,7 @@ use pipelock_common::{
 };
 
 use crate::{
-    counters::bump,
+    counters::{Adds, Atomic, MapValue, field},
     drops::count_only,
     maps::{STACKS, TASK_NAMES, detail_of, interval},
 };
@@ -89,7 +89,7 @@ pub(crate) fn record_part(
     contended: bool,
     wait_ns: u64,
     hold_ns: u64,
-) -> Option<&'static mut DetailStats> {
+) -> Option<MapValue<DetailStats, Atomic>> {
     record_weighed(lock, kind, id, 1, acquired, contended, wait_ns, hold_ns)
 }
 
@@ -106,40 +106,47 @@ pub(crate) fn record_weighed(
     contended: bool,
     wait_ns: u64,
     hold_ns: u64,
-) -> Option<&'static mut DetailStats> {
+) -> Option<MapValue<DetailStats, Atomic>> {
     let part = detail_of(&DetailKey { lock, kind, id })?;
-    // SAFETY: a live map value; every update of it is atomic.
-    let part = unsafe { &mut *part };
+    add_weighed(&part, weight, acquired, contended, wait_ns, hold_ns);
+    Some(part)
+}
+
+/// Adds to `part` a record that stands for `weight` of them (a sampled
+/// call stack: [`sampling`] keeps the sums a sample's estimate needs).
+/// Adds of 0 are left out: an atomic one still takes the shared cache line.
+#[inline(always)]
+pub(crate) fn add_weighed<A: Adds>(
+    part: &MapValue<DetailStats, A>,
+    weight: u64,
+    acquired: bool,
+    contended: bool,
+    wait_ns: u64,
+    hold_ns: u64,
+) {
     if acquired {
-        bump(&mut part.acquisitions, weight);
+        part.add(field!(acquisitions), weight);
     }
     if contended {
-        bump(&mut part.contentions, weight);
+        part.add(field!(contentions), weight);
     }
-    bump(&mut part.wait_ns, wait_ns * weight);
-    if wait_ns > part.wait_max_ns {
-        part.wait_max_ns = wait_ns;
-    }
+    part.add(field!(wait_ns), wait_ns * weight);
+    part.raise(field!(wait_max_ns), wait_ns);
     if hold_ns != 0 {
-        bump(&mut part.hold_ns, hold_ns * weight);
+        part.add(field!(hold_ns), hold_ns * weight);
     }
     if weight > 1 {
-        bump(&mut part.sampled[sampling::RECORDS], 1);
+        part.add(field!(sampled[sampling::RECORDS]), 1);
         if contended {
-            bump(&mut part.sampled[sampling::CONTENDED], 1);
+            part.add(field!(sampled[sampling::CONTENDED]), 1);
         }
-        bump(
-            &mut part.sampled[sampling::WAIT_SQUARES],
-            sampling::square(wait_ns),
-        );
-        bump(
-            &mut part.sampled[sampling::HOLD_SQUARES],
-            sampling::square(hold_ns),
-        );
-        bump(&mut part.sampled[sampling::WAIT_SUM], wait_ns);
-        bump(&mut part.sampled[sampling::HOLD_SUM], hold_ns);
+        part.add(field!(sampled[sampling::WAIT_SQUARES]), sampling::square(wait_ns));
+        part.add(field!(sampled[sampling::WAIT_SUM]), wait_ns);
+        if hold_ns != 0 {
+            part.add(field!(sampled[sampling::HOLD_SQUARES]), sampling::square(hold_ns));
+            part.add(field!(sampled[sampling::HOLD_SUM]), hold_ns);
+        }
     }
-    Some(part)
 }
 
 /// Records the current thread's names (per-task rows), once per slot owner.

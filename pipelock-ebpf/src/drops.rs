@@ -23,7 +23,7 @@ pub(crate) fn count_drop(reason: Drop) {
 #[inline(always)]
 pub(crate) fn count_only(reason: Drop) {
     if let Some(slot) = DROPS.get_ptr_mut(reason as u32) {
-        // SAFETY: this CPU's slot (see `bump` for why atomic).
+        // SAFETY: this CPU's slot (see `counters::Atomic` for why atomic).
         unsafe { atomic_add(slot, 1) };
     }
 }

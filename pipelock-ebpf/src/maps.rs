@@ -12,7 +12,10 @@ use pipelock_common::{
     TASK_SLOTS, TaskLockref, TaskName, TaskPipe, TaskWaits, TraceConfig,
 };
 
-use crate::drops::count_drop;
+use crate::{
+    counters::{Atomic, MapValue},
+    drops::count_drop,
+};
 
 /// Filled in by userspace at load time (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -92,7 +95,7 @@ pub(crate) static TASK_WAITS: Array<TaskWaits> = Array::with_max_entries(TASK_SL
 /// under a program writing to it.
 ///
 /// One value per lock for all CPUs, not one per CPU: every counter is an
-/// atomic add (which fentry programs need anyway, see `bump`), and the
+/// atomic add (which fentry programs need anyway, see `counters::Atomic`), and the
 /// maps' memory does not grow with the CPU count (a per-CPU copy of these
 /// ~1.1 KB values took 9 MB per CPU). Userspace sizes them (`--max-locks`).
 #[map]
@@ -231,20 +234,26 @@ fn entry_in_interval_map<K, V>(
     value
 }
 
-/// The statistics of a lock, created empty on first use.
+/// The statistics of a lock, created empty on first use; every CPU
+/// updates them.
 #[inline(always)]
-pub(crate) fn stats_of(key: &LockKey) -> Option<*mut LockStats> {
-    entry_in_interval_map(&LOCK_STATS_A, &LOCK_STATS_B, key, &EMPTY_STATS, Drop::StatsFull)
+pub(crate) fn stats_of(key: &LockKey) -> Option<MapValue<LockStats, Atomic>> {
+    let at = entry_in_interval_map(&LOCK_STATS_A, &LOCK_STATS_B, key, &EMPTY_STATS, Drop::StatsFull)?;
+    // SAFETY: a live value of a hash map every CPU writes: atomic adds.
+    Some(unsafe { MapValue::new(at) })
 }
 
-/// A lock's part (by owner, caller or task), created empty on first use.
+/// A lock's part (by owner, caller or task), created empty on first use;
+/// every CPU updates it.
 #[inline(always)]
-pub(crate) fn detail_of(key: &DetailKey) -> Option<*mut DetailStats> {
-    entry_in_interval_map(
+pub(crate) fn detail_of(key: &DetailKey) -> Option<MapValue<DetailStats, Atomic>> {
+    let at = entry_in_interval_map(
         &LOCK_DETAILS_A,
         &LOCK_DETAILS_B,
         key,
         &DetailStats::default(),
         Drop::DetailFull,
-    )
+    )?;
+    // SAFETY: as in `stats_of`.
+    Some(unsafe { MapValue::new(at) })
 }

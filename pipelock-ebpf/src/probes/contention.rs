@@ -24,7 +24,7 @@ use super::holder::{mutex_owner, name_task, owner_split, owners_wanted, record_o
 
 use crate::{
     btf_ptr::BtfPtr,
-    counters::{add, record_as},
+    counters::{field, with_value},
     cpu_local::{record_contended_wait, record_contended_weighed, stats_to_record},
     details::{name_current, take_stack, unwound},
     drops::count_drop,
@@ -335,13 +335,15 @@ fn on_end<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64) {
         let _ = record_contended_wait(key, detail::TASK, pid_tgid as u32, ns);
     }
     // (No `contentions`: the wait histogram counts them.)
-    let Some((stats, how)) = stats_to_record(&key, wait.class != class::OTHER_IN_PIPE_CALL) else {
+    let Some(stats) = stats_to_record(&key, wait.class != class::OTHER_IN_PIPE_CALL) else {
         return;
     };
-    if !spin_only {
-        add(&mut stats.slept, 1, how);
-    }
-    record_as(&mut stats.wait, ns, how);
+    with_value!(stats, |stats| {
+        if !spin_only {
+            stats.add(field!(slept), 1);
+        }
+        stats.record(field!(wait), ns);
+    });
 }
 
 /// The stack a wait of `ns` is recorded under, and its weight; None: left

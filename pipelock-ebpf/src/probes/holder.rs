@@ -26,7 +26,7 @@ use crate::btf_ptr::BtfPtr;
 use crate::cpu_local::record_contended_wait;
 use crate::recorded::first_naming;
 use crate::{
-    counters::{Update, add, atomic_add, bump},
+    counters::{Adds, MapValue, atomic_add, field, with_value},
     details::record_part,
     drops::count_drop,
     kernel_memory::read,
@@ -118,10 +118,11 @@ pub(crate) fn watch(cfg: &TraceConfig, task: u64, now: u64) -> Option<[u64; STAT
         return None;
     };
     add_watcher(1);
-    // SAFETY: a live map value; the count is only changed atomically.
+    // SAFETY: a live map value other CPUs update too: its count only
+    // atomically, the clock read as a copy.
     unsafe {
-        bump(&mut (*clock).waiters, 1);
-        Some((*clock).at(now))
+        atomic_add(&raw mut (*clock).waiters, 1);
+        Some(clock.read_volatile().at(now))
     }
 }
 
@@ -151,8 +152,9 @@ fn unwatched(task: u64, start: &[u64; STATES], now: u64) -> (bool, Split) {
     add_watcher(u64::MAX);
     // SAFETY: a live map value (see `watch`).
     let (times, last) = unsafe {
-        bump(&mut (*clock).waiters, u64::MAX);
-        ((*clock).at(now), (*clock).waiters == 0)
+        atomic_add(&raw mut (*clock).waiters, u64::MAX);
+        let copy = clock.read_volatile();
+        (copy.at(now), copy.waiters == 0)
     };
     // Two waiters ending at once may both see 0: the second remove fails.
     if last {
@@ -198,7 +200,7 @@ pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Sp
         record_part(lock, kind, id, false, true, ns, 0)
     };
     if let Some(part) = part {
-        add_split(part, ns, split, Update::Shared);
+        add_split(&part, ns, split);
     }
 }
 
@@ -208,14 +210,14 @@ pub(crate) fn record_split(lock: LockKey, kind: u32, id: u32, ns: u64, split: Sp
 /// programs `crate::cpu_local` names.
 #[inline(always)]
 pub(crate) fn record_owner_here(lock: LockKey, tid: u32, ns: u64, split: Split) {
-    if let Some((part, how)) = record_contended_wait(lock, detail::OWNER, tid, ns) {
-        add_split(part, ns, split, how);
+    if let Some(part) = record_contended_wait(lock, detail::OWNER, tid, ns) {
+        with_value!(part, |part| add_split(&part, ns, split));
     }
 }
 
 /// Adds the watched task's states over `ns` to `part`.
 #[inline(always)]
-fn add_split(part: &mut DetailStats, ns: u64, split: Split, how: Update) {
+fn add_split<A: Adds>(part: &MapValue<DetailStats, A>, ns: u64, split: Split) {
     let mut left = ns;
     for state in 0..STATES {
         let share = if split[state] < left { split[state] } else { left };
@@ -223,7 +225,7 @@ fn add_split(part: &mut DetailStats, ns: u64, split: Split, how: Update) {
         // A spin-only wait has one share, no split none: an atomic add of
         // 0 still takes the shared cache line.
         if share != 0 {
-            add(&mut part.holder_ns[state], share, how);
+            part.add(field!(holder_ns[state]), share);
         }
     }
 }
@@ -231,16 +233,22 @@ fn add_split(part: &mut DetailStats, ns: u64, split: Split, how: Update) {
 #[inline(always)]
 fn enter(clock: *mut HolderClock, state: usize, now: u64) {
     // SAFETY: a live map value. Only the task's own switches and its
-    // wake-up change it, one after the other.
-    let clock = unsafe { &mut *clock };
-    if clock.state as usize == state {
-        return;
+    // wake-up write its clock, one after the other; waiters on other CPUs
+    // read it as a copy and add to `waiters` atomically, so no reference
+    // to it is made.
+    unsafe {
+        let was = (&raw const (*clock).state).read_volatile() as usize;
+        if was == state {
+            return;
+        }
+        let since = (&raw const (*clock).since_ns).read_volatile();
+        if was < STATES {
+            let total = (&raw mut (*clock).total_ns).cast::<u64>().add(was);
+            total.write_volatile(total.read_volatile() + now.saturating_sub(since));
+        }
+        (&raw mut (*clock).state).write_volatile(state as u32);
+        (&raw mut (*clock).since_ns).write_volatile(now);
     }
-    if let Some(total) = clock.total_ns.get_mut(clock.state as usize) {
-        *total += now.saturating_sub(clock.since_ns);
-    }
-    clock.state = state as u32;
-    clock.since_ns = now;
 }
 
 #[inline(always)]
@@ -289,8 +297,8 @@ pub fn holder_waking(ctx: BtfTracePointContext) -> i32 {
     }
     let task: u64 = ctx.arg(0);
     if let Some(clock) = WATCHED.get_ptr_mut(&task) {
-        // SAFETY: a live map value.
-        if unsafe { (*clock).state } as usize == holder::SLEEPING {
+        // SAFETY: a live map value (see `enter`).
+        if unsafe { (&raw const (*clock).state).read_volatile() } as usize == holder::SLEEPING {
             enter(clock, holder::RUNNABLE, now());
         }
     }

@@ -16,7 +16,7 @@ use aya_ebpf::{
 use pipelock_common::{Drop, LockInfo, LockKey, TaskLockref, class};
 
 use crate::{
-    counters::{bump, record},
+    counters::field,
     drops::count_drop,
     filter::wanted,
     kernel_memory::read,
@@ -93,18 +93,15 @@ fn leave() {
     let Some(stats) = stats_of(&key) else {
         return;
     };
-    // SAFETY: a live map value; every update of it is atomic.
-    unsafe {
-        // The acquisition is its wait's record (`LockStats::acquisitions`).
-        if done.fell_back != 0 {
-            bump(&mut (*stats).contentions, 1);
-        }
-        if done.hold_start != 0 || done.spin_start != 0 {
-            // The spinlock outlived the call: its hold cannot be timed here.
-            bump(&mut (*stats).dropped, 1);
-        }
-        record(&mut (*stats).wait, now().saturating_sub(done.start));
+    // The acquisition is its wait's record (`LockStats::acquisitions`).
+    if done.fell_back != 0 {
+        stats.add(field!(contentions), 1);
     }
+    if done.hold_start != 0 || done.spin_start != 0 {
+        // The spinlock outlived the call: its hold cannot be timed here.
+        stats.add(field!(dropped), 1);
+    }
+    stats.record(field!(wait), now().saturating_sub(done.start));
     // SAFETY: a lookup only; the name is read once per lock.
     if unsafe { LOCK_INFO.get(&key) }.is_none() {
         let mut info = LockInfo {
@@ -170,8 +167,7 @@ fn spin_released(lock: u64) {
         owner: state.owner,
     };
     if let Some(stats) = stats_of(&key) {
-        // SAFETY: a live map value; every update of it is atomic.
-        unsafe { record(&mut (*stats).hold, held) };
+        stats.record(field!(hold), held);
     }
 }
 

@@ -52,7 +52,7 @@ fn judge<C: EbpfContext>(ctx: &C, first_slot: u32) {
     };
     if let Some(count) = INTERRUPT_CHECK.get_ptr_mut(slot) {
         // SAFETY: this CPU's slot; an atomic add, as fentry-era programs
-        // may be preempted (see counters::bump).
+        // may be preempted (see counters::Atomic).
         unsafe { crate::counters::atomic_add(count, 1) };
     }
 }

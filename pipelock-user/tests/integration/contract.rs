@@ -1,24 +1,34 @@
 //! The binary's contract: the embedded object, saved kernel facts, one clear line for bad input, refusal without privileges, result files that read back.
 use super::*;
 
+/// The embedded object: every program name pipelock loads by is in it and
+/// every program in it is named (`programs::ALL`, the empty arrays), its
+/// map, a GPL-compatible licence and BTF.
 fn ebpf_object_is_complete() -> Result<Outcome> {
     let object = pipelock_user::bpf::object::OBJECT;
     if object.is_empty() {
         return Ok(Outcome::Skipped(stub_reason()));
     }
     let obj = aya_obj::Object::parse(object).context("aya-obj cannot parse the embedded object")?;
-    for program in [
-        programs::CONTENTION_BEGIN_COUNT_TP,
-        programs::CONTENTION_BEGIN_COUNT_BTF,
-        programs::PROBE_FENTRY,
-        programs::PROBE_KPROBE,
-    ] {
-        ensure!(
-            obj.programs.contains_key(program),
-            "program {program} missing; has {:?}",
-            obj.programs.keys()
-        );
-    }
+    // Every name pipelock loads a program by is in the object, and every
+    // program of the object has its name in `programs`.
+    let named: std::collections::BTreeSet<&str> = programs::ALL
+        .iter()
+        .chain(&programs::EMPTY_FENTRY)
+        .chain(&programs::EMPTY_FEXIT)
+        .copied()
+        .collect();
+    let built: std::collections::BTreeSet<&str> = obj.programs.keys().map(String::as_str).collect();
+    let missing: Vec<_> = named.difference(&built).collect();
+    let unnamed: Vec<_> = built.difference(&named).collect();
+    ensure!(
+        missing.is_empty() && unnamed.is_empty(),
+        "programs named but not in the object: {missing:?}; in the object but not named: {unnamed:?}"
+    );
+    ensure!(
+        named.len() == programs::ALL.len() + 32,
+        "a program is named twice"
+    );
     ensure!(
         obj.maps.contains_key(maps::CONTENTION_BEGIN_COUNT),
         "map missing; has {:?}",

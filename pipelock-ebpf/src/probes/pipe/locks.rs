@@ -7,14 +7,14 @@ use aya_ebpf::{
     programs::tracing::StackIdContext,
 };
 use pipelock_common::{
-    LCB_F_SPIN, LockInfo, LockKey, TaskPipe, class, detail,
+    LCB_F_SPIN, LockInfo, LockKey, LockStats, TaskPipe, class, detail,
     pipe_lock::{self, COUNT, PIPES, SLOTS},
     sampling,
 };
 
 use super::calls::{PIPE_PENDING, adopt_pipe, current_state, which_lock};
 use crate::{
-    counters::{add, record_as},
+    counters::{Adds, MapValue, field, with_value},
     cpu_local::stats_to_record,
     details::{record_part, record_weighed, stack_id},
     maps::{LOCK_INFO, config},
@@ -316,6 +316,33 @@ pub(super) fn register(state: &mut TaskPipe, index: usize, lock: u64) {
     }
 }
 
+/// Records an acquisition with its release (one lookup of the statistics
+/// per lock/unlock pair instead of two; the wait's record counts it,
+/// `LockStats::acquisitions`); the releaser before this one.
+#[inline(always)]
+fn record_release<A: Adds>(
+    stats: &MapValue<LockStats, A>,
+    owner: u64,
+    contended: bool,
+    slept: bool,
+    wait: u64,
+    hold: u64,
+) -> u64 {
+    // A spinlock's contended acquirer waited for whoever released it last
+    // (a plain store: a race can name the other of two releasers).
+    let previous = stats.load(field!(last_holder));
+    stats.store(field!(last_holder), owner & 0xffff_ffff);
+    if contended {
+        stats.add(field!(contentions), 1);
+        if slept {
+            stats.add(field!(slept), 1);
+        }
+    }
+    stats.record(field!(wait), wait);
+    stats.record(field!(hold), hold);
+    previous
+}
+
 #[inline(always)]
 pub(super) fn released(lock: u64) {
     let Some(state) = current_state() else {
@@ -339,33 +366,27 @@ pub(super) fn released(lock: u64) {
     // a spinlock's release runs with interrupts off, a mutex's only where
     // the kernel preempts no kernel code (see `crate::cpu_local`).
     let unpreempted = index % COUNT != pipe_lock::MUTEX || cfg.runs_unpreempted != 0;
-    let Some((stats, how)) = stats_to_record(&key, unpreempted) else {
+    let Some(stats) = stats_to_record(&key, unpreempted) else {
         return;
     };
     if start == 0 {
         // Released without an acquisition this call saw (taken before the
         // call was entered, or its lock call's return was missed).
-        add(&mut stats.dropped, 1, how);
+        with_value!(stats, |stats| stats.add(field!(dropped), 1));
         return;
     }
-    // The acquisition is recorded with its release, one lookup of the
-    // statistics per lock/unlock pair instead of two, and counted by its
-    // wait's record (`LockStats::acquisitions`).
     let contended = state.contended[index] != 0;
-    // A spinlock's contended acquirer waited for whoever released it last
-    // (a plain store: a race can name the other of two releasers).
-    let previous = stats.last_holder;
-    stats.last_holder = state.owner & 0xffff_ffff;
-    if contended {
-        add(&mut stats.contentions, 1, how);
-        if state.flags_and[index] & LCB_F_SPIN == 0 {
-            add(&mut stats.slept, 1, how);
-        }
-    }
+    let slept = contended && state.flags_and[index] & LCB_F_SPIN == 0;
     let at = now();
     let (wait, hold) = (state.wait_ns[index], at - start);
-    record_as(&mut stats.wait, wait, how);
-    record_as(&mut stats.hold, hold, how);
+    let previous = with_value!(stats, |stats| record_release(
+        &stats,
+        state.owner,
+        contended,
+        slept,
+        wait,
+        hold
+    ));
     if contended && index % COUNT != pipe_lock::MUTEX && owners_wanted(cfg) {
         // The shared rows: the local table's set hash would do arithmetic on the
         // lock, which the verifier refuses for a hook's typed pointer.

@@ -43,90 +43,101 @@ use self::{
 };
 use crate::{maps::config, preempt::unpreempted};
 
-#[fentry]
-pub fn pipe_read_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        enter_pipe_call(ctx.arg(0));
-    });
-    0
+/// One fentry program: its arguments read, its body run with preemption
+/// off where the kernel allows (see `crate::preempt`).
+macro_rules! fentry_hook {
+    ($name:ident, $ctx:ident, ($($arg:ident = $n:literal),*), $body:expr) => {
+        #[fentry]
+        pub fn $name($ctx: FEntryContext) -> i32 {
+            $(let $arg: u64 = $ctx.arg($n);)*
+            unpreempted(|| {
+                $body;
+            });
+            0
+        }
+    };
 }
 
-#[fexit]
-pub fn pipe_read_exit(_ctx: FExitContext) -> i32 {
-    unpreempted(|| {
-        leave_pipe_call();
-    });
-    0
+/// The kprobe twin of [`fentry_hook`]: the same arguments from the
+/// registers (nothing is done without them), the same body.
+macro_rules! kprobe_hook {
+    ($name:ident, $ctx:ident, ($($arg:ident = $n:literal),*), $body:expr) => {
+        #[kprobe]
+        pub fn $name($ctx: ProbeContext) -> u32 {
+            $(let Some($arg) = $ctx.arg::<u64>($n) else {
+                return 0;
+            };)*
+            $body;
+            0
+        }
+    };
 }
 
-#[fentry]
-pub fn pipe_write_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        enter_pipe_call(ctx.arg(0));
-    });
-    0
+/// The hooks of one entry in both hooked modes, from one body: an fentry
+/// program per kernel function (a trampoline program is verified for one
+/// function) and one kprobe program, which attaches to all of them.
+macro_rules! entry_hooks {
+    ([$($fentry:ident),+] $kprobe:ident, |$ctx:ident| $args:tt => $body:expr) => {
+        $(fentry_hook!($fentry, $ctx, $args, $body);)+
+        kprobe_hook!($kprobe, $ctx, $args, $body);
+    };
 }
 
-#[fexit]
-pub fn pipe_write_exit(_ctx: FExitContext) -> i32 {
-    unpreempted(|| {
-        leave_pipe_call();
-    });
-    0
+/// The hooks of one return in both hooked modes: an fexit program per
+/// function, one kretprobe for all (kretprobes carry no arguments).
+macro_rules! exit_hooks {
+    ([$($fexit:ident),+] $kretprobe:ident => $body:expr) => {
+        $(
+            #[fexit]
+            pub fn $fexit(_ctx: FExitContext) -> i32 {
+                unpreempted(|| {
+                    $body;
+                });
+                0
+            }
+        )+
+        #[kretprobe]
+        pub fn $kretprobe(_ctx: RetProbeContext) -> u32 {
+            $body;
+            0
+        }
+    };
 }
 
-#[fentry]
-pub fn mutex_lock_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        mutex_lock_call(&ctx, ctx.arg(0));
-    });
-    0
-}
+// The pipe calls: read/write name their pipe by the kiocb's file; splice,
+// tee and vmsplice by their files (two for splice and tee between pipes).
+entry_hooks!([pipe_read_entry] kp_pipe_read_entry, |ctx| (kiocb = 0) => enter_pipe_call(kiocb));
+entry_hooks!([pipe_write_entry] kp_pipe_write_entry, |ctx| (kiocb = 0) => enter_pipe_call(kiocb));
+exit_hooks!([pipe_read_exit] kp_pipe_read_exit => leave_pipe_call());
+exit_hooks!([pipe_write_exit] kp_pipe_write_exit => leave_pipe_call());
+// do_splice(struct file *in, loff_t *off_in, struct file *out, …)
+entry_hooks!([splice_entry] kp_splice_entry, |ctx| (input = 0, output = 2) =>
+    enter_splice_call(config(), [input, output]));
+// do_tee(struct file *in, struct file *out, …)
+entry_hooks!([tee_entry] kp_tee_entry, |ctx| (input = 0, output = 1) =>
+    enter_splice_call(config(), [input, output]));
+entry_hooks!([vmsplice_entry] kp_vmsplice_entry, |ctx| (regs = 0) => enter_vmsplice(regs));
+exit_hooks!([splice_exit, tee_exit, vmsplice_exit] kp_splice_call_exit => leave_pipe_call());
+entry_hooks!([pipe_free_entry] kp_pipe_free_entry, |_ctx| () => pipe_freed());
 
-#[fentry]
-pub fn mutex_unlock_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        released(ctx.arg(0));
-    });
-    0
-}
+// The locks: every mutex and spinlock of the system passes here, and is
+// compared with the current call's pipe locks first.
+entry_hooks!([mutex_lock_entry] kp_mutex_lock_entry, |ctx| (lock = 0) => mutex_lock_call(&ctx, lock));
+entry_hooks!([mutex_unlock_entry] kp_mutex_unlock_entry, |ctx| (lock = 0) => released(lock));
+entry_hooks!([spin_lock_irqsave_entry, spin_lock_irq_entry] kp_spin_lock_entry, |ctx| (lock = 0) =>
+    lock_call(&ctx, lock));
+entry_hooks!(
+    [spin_unlock_irqrestore_entry, spin_unlock_irq_entry] kp_spin_unlock_entry,
+    |ctx| (lock = 0) => released(lock)
+);
 
-#[fentry]
-pub fn pipe_free_entry(_ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        pipe_freed();
-    });
-    0
-}
-
-#[fentry]
-pub fn spin_lock_irqsave_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        lock_call(&ctx, ctx.arg(0));
-    });
-    0
-}
+// A spinlock's acquisition ends at its lock call's return: fexit reads
+// the lock from the arguments, a kretprobe has none (`acquired_pending`).
 
 #[fexit]
 pub fn spin_lock_irqsave_exit(ctx: FExitContext) -> i32 {
     unpreempted(|| {
         acquired(ctx.arg(0));
-    });
-    0
-}
-
-#[fentry]
-pub fn spin_unlock_irqrestore_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        released(ctx.arg(0));
-    });
-    0
-}
-
-#[fentry]
-pub fn spin_lock_irq_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        lock_call(&ctx, ctx.arg(0));
     });
     0
 }
@@ -139,11 +150,9 @@ pub fn spin_lock_irq_exit(ctx: FExitContext) -> i32 {
     0
 }
 
-#[fentry]
-pub fn spin_unlock_irq_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        released(ctx.arg(0));
-    });
+#[kretprobe]
+pub fn kp_spin_lock_exit(_ctx: RetProbeContext) -> u32 {
+    acquired_pending();
     0
 }
 
@@ -176,161 +185,5 @@ pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "contention_end")]
 pub fn hooked_contention_end(ctx: BtfTracePointContext) -> i32 {
     mutex_contention_end(ctx.arg(0));
-    0
-}
-
-#[fentry]
-pub fn splice_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        // do_splice(struct file *in, loff_t *off_in, struct file *out, …)
-        enter_splice_call(config(), [ctx.arg(0), ctx.arg(2)]);
-    });
-    0
-}
-
-#[fexit]
-pub fn splice_exit(_ctx: FExitContext) -> i32 {
-    unpreempted(|| {
-        leave_pipe_call();
-    });
-    0
-}
-
-#[fentry]
-pub fn tee_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        // do_tee(struct file *in, struct file *out, …)
-        enter_splice_call(config(), [ctx.arg(0), ctx.arg(1)]);
-    });
-    0
-}
-
-#[fexit]
-pub fn tee_exit(_ctx: FExitContext) -> i32 {
-    unpreempted(|| {
-        leave_pipe_call();
-    });
-    0
-}
-
-#[fentry]
-pub fn vmsplice_entry(ctx: FEntryContext) -> i32 {
-    unpreempted(|| {
-        enter_vmsplice(ctx.arg(0));
-    });
-    0
-}
-
-#[fexit]
-pub fn vmsplice_exit(_ctx: FExitContext) -> i32 {
-    unpreempted(|| {
-        leave_pipe_call();
-    });
-    0
-}
-
-// kprobe mode: the same hooks where fentry is unavailable. kretprobes carry
-// no arguments, hence `acquired_pending`.
-
-#[kprobe]
-pub fn kp_pipe_read_entry(ctx: ProbeContext) -> u32 {
-    if let Some(kiocb) = ctx.arg::<u64>(0) {
-        enter_pipe_call(kiocb);
-    }
-    0
-}
-
-#[kretprobe]
-pub fn kp_pipe_read_exit(_ctx: RetProbeContext) -> u32 {
-    leave_pipe_call();
-    0
-}
-
-#[kprobe]
-pub fn kp_pipe_write_entry(ctx: ProbeContext) -> u32 {
-    if let Some(kiocb) = ctx.arg::<u64>(0) {
-        enter_pipe_call(kiocb);
-    }
-    0
-}
-
-#[kretprobe]
-pub fn kp_pipe_write_exit(_ctx: RetProbeContext) -> u32 {
-    leave_pipe_call();
-    0
-}
-
-#[kprobe]
-pub fn kp_mutex_lock_entry(ctx: ProbeContext) -> u32 {
-    if let Some(lock) = ctx.arg::<u64>(0) {
-        mutex_lock_call(&ctx, lock);
-    }
-    0
-}
-
-#[kprobe]
-pub fn kp_mutex_unlock_entry(ctx: ProbeContext) -> u32 {
-    if let Some(lock) = ctx.arg::<u64>(0) {
-        released(lock);
-    }
-    0
-}
-
-#[kprobe]
-pub fn kp_pipe_free_entry(_ctx: ProbeContext) -> u32 {
-    pipe_freed();
-    0
-}
-
-#[kprobe]
-pub fn kp_spin_lock_entry(ctx: ProbeContext) -> u32 {
-    if let Some(lock) = ctx.arg::<u64>(0) {
-        lock_call(&ctx, lock);
-    }
-    0
-}
-
-#[kretprobe]
-pub fn kp_spin_lock_exit(_ctx: RetProbeContext) -> u32 {
-    acquired_pending();
-    0
-}
-
-#[kprobe]
-pub fn kp_spin_unlock_entry(ctx: ProbeContext) -> u32 {
-    if let Some(lock) = ctx.arg::<u64>(0) {
-        released(lock);
-    }
-    0
-}
-
-#[kprobe]
-pub fn kp_splice_entry(ctx: ProbeContext) -> u32 {
-    if let (Some(input), Some(output)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(2)) {
-        enter_splice_call(config(), [input, output]);
-    }
-    0
-}
-
-#[kprobe]
-pub fn kp_tee_entry(ctx: ProbeContext) -> u32 {
-    if let (Some(input), Some(output)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) {
-        enter_splice_call(config(), [input, output]);
-    }
-    0
-}
-
-#[kprobe]
-pub fn kp_vmsplice_entry(ctx: ProbeContext) -> u32 {
-    if let Some(regs) = ctx.arg::<u64>(0) {
-        enter_vmsplice(regs);
-    }
-    0
-}
-
-/// The return of splice, tee and vmsplice.
-#[kretprobe]
-pub fn kp_splice_call_exit(_ctx: RetProbeContext) -> u32 {
-    leave_pipe_call();
     0
 }
