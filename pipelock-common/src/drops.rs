@@ -37,11 +37,14 @@ pub enum Drop {
     /// A call stack could not be stored (`STACKS` full, or a hash
     /// collision there): that wait's caller is unknown.
     StackLost = 9,
+    /// `ASKED_TWICE` was full: a task that asked for a mutex it owns was
+    /// not named (the others were).
+    AskedTwiceFull = 10,
 }
 
 impl Drop {
-    pub const COUNT: u32 = 10;
-    pub const ALL: [Self; 10] = [
+    pub const COUNT: u32 = 11;
+    pub const ALL: [Self; 11] = [
         Self::PendingFull,
         Self::StatsFull,
         Self::StalePending,
@@ -52,6 +55,7 @@ impl Drop {
         Self::DetailFull,
         Self::WatchFull,
         Self::StackLost,
+        Self::AskedTwiceFull,
     ];
 
     /// How the report names it.
@@ -67,6 +71,7 @@ impl Drop {
             Self::DetailFull => "detail_full",
             Self::WatchFull => "watch_full",
             Self::StackLost => "stack_lost",
+            Self::AskedTwiceFull => "asked_twice_full",
         }
     }
 }

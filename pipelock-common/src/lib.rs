@@ -5,6 +5,7 @@
 //! the `aya::Pod` impls userspace needs to read them.
 #![no_std]
 
+pub mod asked_twice;
 mod cpu_local;
 mod details;
 mod drops;
@@ -405,4 +406,6 @@ mod user {
     unsafe impl aya::Pod for super::DetailKey {}
     unsafe impl aya::Pod for super::DetailStats {}
     unsafe impl aya::Pod for super::TaskName {}
+    unsafe impl aya::Pod for super::asked_twice::AskedKey {}
+    unsafe impl aya::Pod for super::asked_twice::AskedTwice {}
 }

@@ -48,3 +48,6 @@ pub const TASK_NAMES: &str = "TASK_NAMES";
 /// `StackTrace` (BTF map, [`crate::STACK_FRAMES`] frames): the kernel call
 /// stacks of waits (`--callers`); never emptied, ids stay valid.
 pub const STACKS: &str = "STACKS";
+/// `HashMap<AskedKey, AskedTwice>`: tasks that asked for a mutex they own
+/// (see [`crate::asked_twice`]); never emptied, a few entries at most.
+pub const ASKED_TWICE: &str = "ASKED_TWICE";

@@ -10,6 +10,7 @@ use aya_ebpf::{
 use pipelock_common::{
     DetailKey, DetailStats, Drop, HolderClock, LockInfo, LockKey, LockStats, LockUser, STACK_FRAMES,
     TASK_SLOTS, TaskLockref, TaskName, TaskPipe, TaskWaits, TraceConfig,
+    asked_twice::{AskedKey, AskedTwice},
 };
 
 use crate::{
@@ -122,6 +123,10 @@ pub(crate) static WATCHERS: Array<u64> = Array::with_max_entries(1, 0);
 /// userspace sizes it (`--stack-map-size`).
 #[btf_map]
 pub(crate) static STACKS: StackTrace<4096, 0, STACK_FRAMES> = StackTrace::new();
+/// Tasks that asked for a mutex they own (`probes::asked_twice`); never
+/// emptied: a deadlocked thread stays deadlocked.
+#[map]
+pub(crate) static ASKED_TWICE: HashMap<AskedKey, AskedTwice> = HashMap::with_max_entries(64, 0);
 /// Names of owners and waiters, by thread id (LRU: threads come and go).
 #[map]
 pub(crate) static TASK_NAMES: LruHashMap<u32, TaskName> = LruHashMap::with_max_entries(16384, 0);

@@ -26,8 +26,8 @@ pub use class::{ClassSet, LockClass, class_label};
 pub use format::{FORMAT, FormatVersion};
 pub use owners::{HoldState, HolderState, OwnerRow};
 pub use report::{
-    ClassTotal, CollectorFill, DEFAULT_TRACKED_LOCKS, LockRow, MapFill, ProgramStats, Refusal, Snapshot,
-    SortKey, TraceReport, sort_rows,
+    AskedTwice, ClassTotal, CollectorFill, DEFAULT_TRACKED_LOCKS, LockRow, MapFill, ProgramStats, Refusal,
+    Snapshot, SortKey, TraceReport, sort_rows,
 };
 pub use run_result::{CommandResult, CounterSource, Counters, Metric, Operations, Run, RunResult, System};
 pub use timing::{PERCENTILE_RESOLUTION, Timing};

@@ -94,6 +94,10 @@ pub struct TraceReport {
     /// memory (live traces only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collector: Option<CollectorFill>,
+    /// Threads that asked for a mutex they already own, since attach: each
+    /// a deadlock in progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asked_twice: Vec<AskedTwice>,
     /// What the text and CSV rows are (`--by`); `locks` is always there.
     #[serde(default)]
     pub by: ByKey,
@@ -124,6 +128,7 @@ impl TraceReport {
             maps: Vec::new(),
             tracer_cpu_s: None,
             collector: None,
+            asked_twice: Vec::new(),
             by: ByKey::Lock,
             by_caller: Vec::new(),
             by_task: Vec::new(),
@@ -160,6 +165,55 @@ pub struct Refusal {
     pub reason: String,
     /// The whole error, every cause on one line.
     pub detail: String,
+}
+
+/// A thread that asked for a mutex it already owns. It sleeps on it for
+/// good (uninterruptibly, for `mutex_lock`), and so does every task that
+/// needs that mutex after it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AskedTwice {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub lock_addr: u64,
+    /// `pipe:[ino]` where the thread's syscall names the pipe whose mutex
+    /// it is, else the kernel symbol the address falls in, else the address.
+    pub lock: String,
+    /// Set when the lock is a pipe's mutex.
+    pub class: Option<LockClass>,
+    /// The system call the thread is in (its name where pipelock knows it).
+    pub syscall: Option<String>,
+    /// Where it asked again, callers only (the locking frames left out),
+    /// innermost first; empty when the stack was lost.
+    pub stack: Vec<String>,
+}
+
+impl AskedTwice {
+    /// `comm(pid/tid)`, or `comm(tid)` for a process's main thread.
+    pub fn task(&self) -> String {
+        if self.pid == self.tid {
+            format!("{}({})", self.comm, self.tid)
+        } else {
+            format!("{}({}/{})", self.comm, self.pid, self.tid)
+        }
+    }
+
+    /// One line that says it all, for stderr the moment it is seen.
+    pub fn line(&self) -> String {
+        let mut line = format!(
+            "deadlock: {} asked for the mutex of {} ({:#x}) that it already holds",
+            self.task(),
+            self.lock,
+            self.lock_addr
+        );
+        if let Some(syscall) = &self.syscall {
+            line.push_str(&format!(", in {syscall}()"));
+        }
+        if !self.stack.is_empty() {
+            line.push_str(&format!(", at {}", self.stack.join(" <- ")));
+        }
+        line
+    }
 }
 
 /// Locks a running total keeps one by one by default (`--track-locks`): a

@@ -42,6 +42,8 @@ mod callers;
 mod compare;
 #[path = "integration/contract.rs"]
 mod contract;
+#[path = "integration/deadlock.rs"]
+mod deadlock;
 #[path = "integration/exact.rs"]
 mod exact;
 #[path = "integration/flame.rs"]

@@ -183,6 +183,7 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
     let cfg = config();
     // The task once: the slot's key, the syscall's fds and the stack check.
     let task = BtfPtr::current_task();
+    super::asked_twice::check(ctx, cfg, task, lock, flags);
     let pid_tgid = pid_tgid_of(cfg, task);
     let Some(slot) = TASK_WAITS.get_ptr_mut(pid_tgid as u32 % TASK_SLOTS) else {
         return;

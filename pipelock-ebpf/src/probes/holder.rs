@@ -43,18 +43,23 @@ pub(crate) fn owners_wanted(cfg: &TraceConfig) -> bool {
 /// where the kernel has `bpf_rdonly_cast`, else two probe reads).
 #[inline(always)]
 pub(crate) fn mutex_owner(cfg: &TraceConfig, lock: u64) -> Option<(u64, u32)> {
-    if let Some(mutex) = BtfPtr::cast(lock, cfg.btf_mutex) {
-        let task = mutex.word(cfg.mutex_owner) & !7;
-        if task == 0 {
-            return None;
-        }
-        return Some((task, BtfPtr::cast(task, cfg.btf_task)?.half(cfg.task_pid)));
-    }
-    let task = read::<u64>(lock + cfg.mutex_owner as u64)? & !7;
+    let task = mutex_owner_word(cfg, lock)? & !7;
     if task == 0 {
         return None;
     }
+    if let Some(task_ptr) = BtfPtr::cast(task, cfg.btf_task) {
+        return Some((task, task_ptr.half(cfg.task_pid)));
+    }
     Some((task, read::<u32>(task + cfg.task_pid as u64)?))
+}
+
+/// A mutex's owner word as it is: the owner's `task_struct` and three flag bits.
+#[inline(always)]
+pub(crate) fn mutex_owner_word(cfg: &TraceConfig, lock: u64) -> Option<u64> {
+    if let Some(mutex) = BtfPtr::cast(lock, cfg.btf_mutex) {
+        return Some(mutex.word(cfg.mutex_owner));
+    }
+    read::<u64>(lock + cfg.mutex_owner as u64)
 }
 
 /// Records a thread's process and name once (owner and per-task rows).

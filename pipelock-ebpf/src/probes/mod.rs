@@ -1,4 +1,5 @@
 //! The programs, by what they observe.
+mod asked_twice;
 mod capability;
 mod contention;
 mod empty;

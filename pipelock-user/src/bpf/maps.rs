@@ -10,7 +10,9 @@ use aya::{
 };
 use pipelock_common::{
     CpuLocalDetails, CpuLocalStats, DetailKey, DetailStats, Drop, LockInfo, LockKey, LockStats, LockUser,
-    TaskName, maps,
+    TaskName,
+    asked_twice::{AskedKey, AskedTwice},
+    maps,
 };
 
 use crate::{
@@ -334,6 +336,31 @@ fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Map, Error> {
         kind: "map",
         name: name.to_owned(),
     })
+}
+
+/// Every thread seen asking for a mutex it owns since attach (the map is
+/// never emptied; a few entries at most).
+pub fn read_asked_twice(ebpf: &Ebpf) -> Result<Vec<(AskedKey, AskedTwice)>, Error> {
+    let table: BpfHashMap<_, AskedKey, AskedTwice> =
+        BpfHashMap::try_from(map(ebpf, maps::ASKED_TWICE)?).map_err(map_err(maps::ASKED_TWICE))?;
+    table
+        .iter()
+        .map(|entry| entry.map_err(map_err(maps::ASKED_TWICE)))
+        .collect()
+}
+
+/// The return addresses of stack `id` in `STACKS`, innermost first (empty
+/// for `NO_STACK` or a stack the map no longer has).
+pub fn read_stack(ebpf: &Ebpf, id: u32) -> Vec<u64> {
+    if id == pipelock_common::NO_STACK {
+        return Vec::new();
+    }
+    map(ebpf, maps::STACKS)
+        .ok()
+        .and_then(|stacks| aya::maps::StackTraceMap::try_from(stacks).ok())
+        .and_then(|stacks| stacks.get(&id, 0).ok())
+        .map(|trace| trace.frames().iter().map(|f| f.ip).collect())
+        .unwrap_or_default()
 }
 
 /// The `DROPS` counters by reason, summed over CPUs.

@@ -134,7 +134,7 @@ fn read(text: &str) -> Result<Loaded, String> {
         (None, None, None) => return Err("not a pipelock result (trace, run or ab --json)".to_owned()),
     };
     if let Some(why) = format::refusal(text) {
-        return Err(format!("a pipelock {what} {why}"));
+        return Err(format!("a pipelock {what}, but {why}"));
     }
     let fail = |e: serde_json::Error| format!("not a pipelock {what}: {e}");
     let result = match what {

@@ -64,6 +64,7 @@ pub fn run(options: Options) -> Result<(), Error> {
     }
     let mut tracer = Tracer::attach(options.mode, &options.filters, options.ebpf_log)?;
     tracer.set_track_locks(options.track_locks);
+    tracer.say_asked_twice(false);
     // The header shows pipelock's own cost, so top pays for measuring it.
     tracer.enable_run_stats();
     crate::interrupt::catch();

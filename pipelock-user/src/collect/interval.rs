@@ -14,7 +14,7 @@ use crate::{
     Error,
     bpf::maps::{self, Identities, Taken},
     model::{
-        CollectorFill, LockClass, MapFill, Snapshot, SortKey, TraceReport,
+        AskedTwice, CollectorFill, LockClass, MapFill, Snapshot, SortKey, TraceReport,
         owners::{fold_details, merge_details},
         sort_rows,
         timing::merge_stats,
@@ -27,8 +27,9 @@ use crate::{
 /// busiest: what is left fits well under the bound, so this is rare).
 const MAX_DETAILS_PER_LOCK_AVG: usize = 8;
 
-/// Ticks between two clean-ups of the thread names nothing refers to.
-const FORGET_NAMES_EVERY: u64 = 8;
+/// Thread names kept however few parts refer to them (below this the
+/// clean-up is not worth its pass).
+const NAMES_FLOOR: usize = 1024;
 
 /// Owners (callers, tasks) a running total keeps one by one per lock; the
 /// rest are summed in one "other" part.
@@ -97,10 +98,13 @@ impl RunningTotal {
             fold_details(&mut self.taken.details, 4);
         }
         // Names of threads no part refers to any more (folded, retired),
-        // every few ticks: threads come and go by the thousand, and a
-        // table that keeps growing would be doubled long after the rest
-        // of the collector's memory has settled.
-        if self.ticks.is_multiple_of(FORGET_NAMES_EVERY) && self.known.tasks.len() > 1024 {
+        // once the table holds twice as many names as there are parts:
+        // threads come and go by the thousand, and a clean-up every few
+        // ticks would let the table peak at what those ticks brought, so
+        // the collector's memory would follow the churn's rate instead of
+        // its bound. Each pass at least halves the table: paid once per
+        // as many new names as it keeps.
+        if self.known.tasks.len() > NAMES_FLOOR.max(2 * self.taken.details.len()) {
             let named: HashSet<u32> = self.taken.details.keys().map(|k| k.id).collect();
             self.known.tasks.retain(|tid, _| named.contains(tid));
         }
@@ -209,12 +213,14 @@ impl IntervalCollector {
         if let Some((part, _)) = &mut self.part {
             part.add(&fresh, &Identities::default());
         }
+        let asked_twice = tracer.new_asked_twice()?;
         let interval = self.last.elapsed();
         self.last = Instant::now();
         Ok(Drained {
             fresh,
             fill,
             interval,
+            asked_twice,
         })
     }
 
@@ -300,6 +306,8 @@ pub struct Drained {
     pub fresh: Taken,
     pub fill: Vec<MapFill>,
     pub interval: std::time::Duration,
+    /// Threads first seen asking for a mutex they own at this drain.
+    pub asked_twice: Vec<AskedTwice>,
 }
 
 #[cfg(test)]

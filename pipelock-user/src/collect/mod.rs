@@ -32,8 +32,8 @@ use crate::{
         progstats::{self, StatsGuard},
     },
     error::{one_line, short_reason},
-    kernel::{KernelInspector, KernelSymbols, privilege},
-    model::{LockClass, Refusal, ReportView, TraceReport},
+    kernel::{KernelInspector, KernelSymbols, SymbolKind, privilege},
+    model::{AskedTwice, LockClass, Refusal, ReportView, TraceReport},
 };
 
 fn refusal(mode: AttachMode, err: &Error) -> Refusal {
@@ -79,6 +79,11 @@ pub struct Tracer {
     view: ReportView,
     /// Locks the collector keeps one by one (`--track-locks`).
     track_locks: usize,
+    /// Threads seen asking for a mutex they own, in the order seen.
+    asked_twice: Vec<AskedTwice>,
+    asked_seen: std::collections::HashSet<pipelock_common::asked_twice::AskedKey>,
+    /// Say each on stderr as it is seen (not under `top`'s screen).
+    say_asked_twice: bool,
     /// The kernel's preemption model, where debugfs says: whether fentry
     /// programs can be preempted mid-run.
     preemption: Option<String>,
@@ -266,6 +271,9 @@ impl Tracer {
             stack_sample: config.stack_sample,
             view: ReportView::default(),
             track_locks: crate::model::DEFAULT_TRACKED_LOCKS,
+            asked_twice: Vec::new(),
+            asked_seen: std::collections::HashSet::new(),
+            say_asked_twice: true,
             preemption,
             kprobes,
         })
@@ -317,6 +325,54 @@ impl Tracer {
 
     pub fn track_locks(&self) -> usize {
         self.track_locks
+    }
+
+    /// Whether a thread asking for a mutex it owns is said on stderr as it
+    /// is seen (`top` shows it on its screen instead).
+    pub fn say_asked_twice(&mut self, say: bool) {
+        self.say_asked_twice = say;
+    }
+
+    /// Threads that asked for a mutex they already own, not returned
+    /// before: each a deadlock in progress, to be said at once.
+    pub(crate) fn new_asked_twice(&mut self) -> Result<Vec<AskedTwice>, Error> {
+        let mut fresh = Vec::new();
+        for (key, event) in maps::read_asked_twice(&self.ebpf)? {
+            if !self.asked_seen.insert(key) {
+                continue;
+            }
+            let frames: Vec<String> = maps::read_stack(&self.ebpf, event.stack_id)
+                .iter()
+                .map(|ip| self.symbols.frame(*ip))
+                .collect();
+            let comm_len = event
+                .comm
+                .iter()
+                .position(|b| *b == 0)
+                .unwrap_or(event.comm.len());
+            let row = AskedTwice {
+                pid: (key.pid_tgid >> 32) as u32,
+                tid: key.pid_tgid as u32,
+                comm: String::from_utf8_lossy(&event.comm[..comm_len]).into_owned(),
+                lock_addr: key.lock,
+                lock: if event.ino != 0 {
+                    format!("pipe:[{}]", event.ino)
+                } else {
+                    self.symbols
+                        .name(key.lock, SymbolKind::Data)
+                        .unwrap_or_else(|| format!("{:#x}", key.lock))
+                },
+                class: (event.ino != 0).then_some(LockClass::PipeMutex),
+                syscall: crate::kernel::syscall_name(event.syscall),
+                stack: crate::model::callers::caller_frames(&frames, crate::model::view::DEFAULT_STACK_DEPTH),
+            };
+            if self.say_asked_twice {
+                eprintln!("pipelock: {}", row.line());
+            }
+            self.asked_twice.push(row.clone());
+            fresh.push(row);
+        }
+        Ok(fresh)
     }
 
     /// What this mode or kernel could not measure, class by class.
@@ -406,6 +462,7 @@ impl Tracer {
                 .zip(self.cpu_at_attach)
                 .map(|(now, attached)| now - attached),
             collector: None,
+            asked_twice: self.asked_twice.clone(),
             by: self.view.by,
             by_caller,
             by_task,

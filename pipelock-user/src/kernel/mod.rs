@@ -6,10 +6,12 @@ pub mod inspector;
 pub mod privilege;
 pub mod support;
 pub mod symbols;
+pub mod syscalls;
 
 pub use self::{
     btf::KernelBtf,
     inspector::{Kallsyms, KernelInspector},
     support::{AttachSupport, Support},
     symbols::{KernelSymbols, SymbolKind},
+    syscalls::syscall_name,
 };

@@ -1,7 +1,7 @@
 //! The report as text: perf-lock-style tables, times scaled ns/us/ms/s.
 use super::header;
 use crate::{
-    model::{ByKey, CollectorFill, LockRow, MapFill, ProgramStats, TraceReport, class_label},
+    model::{AskedTwice, ByKey, CollectorFill, LockRow, MapFill, ProgramStats, TraceReport, class_label},
     units::{human_mib, human_ns},
 };
 
@@ -19,6 +19,10 @@ pub fn render(report: &TraceReport, top: usize, verbose: bool) -> String {
     if let Some(line) = header::refused(&report.refused) {
         out.push_str(&line);
         out.push('\n');
+    }
+    // Before any figure: a deadlock makes the rest of the report moot.
+    for asked in &report.asked_twice {
+        out.push_str(&asked_twice_block(asked));
     }
     for warning in header::map_warnings(&report.maps, &report.drops) {
         out.push_str(&warning);
@@ -210,6 +214,28 @@ fn maps_table(maps: &[MapFill]) -> String {
         ]);
     }
     format!("kernel maps at the last drain:\n{table}\n")
+}
+
+/// A thread that asked for a mutex it owns: what, where, and what follows.
+fn asked_twice_block(asked: &AskedTwice) -> String {
+    let mut out = format!(
+        "DEADLOCK: {} asked for the mutex of {} ({:#x}) that it already holds{}; it sleeps on it for good, and so \
+         will every task that needs it\n",
+        asked.task(),
+        asked.lock,
+        asked.lock_addr,
+        asked
+            .syscall
+            .as_ref()
+            .map_or_else(String::new, |s| format!(", in {s}()"))
+    );
+    if asked.stack.is_empty() {
+        out.push_str("  (its call stack was lost)\n");
+    }
+    for frame in &asked.stack {
+        out.push_str(&format!("  {frame}\n"));
+    }
+    out
 }
 
 /// `--verbose`: the userspace running total against `--track-locks`, and

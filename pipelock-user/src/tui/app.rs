@@ -7,8 +7,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::groups::{GroupRow, Groupings, join_groups};
 use crate::model::{
-    ByKey, CallerRow, CollectorFill, HolderState, LockRow, MapFill, OwnerRow, ProgramStats, Refusal,
-    Snapshot, Timing, TraceReport, class_label,
+    AskedTwice, ByKey, CallerRow, CollectorFill, HolderState, LockRow, MapFill, OwnerRow, ProgramStats,
+    Refusal, Snapshot, Timing, TraceReport, class_label,
 };
 
 /// Owners per row kept for the detail pane.
@@ -179,6 +179,8 @@ pub struct App {
     pub fill: Vec<MapFill>,
     /// The running total against `--track-locks`, and pipelock's memory.
     pub collector: Option<CollectorFill>,
+    /// Threads that asked for a mutex they hold (deadlocks), since attach.
+    pub asked_twice: Vec<AskedTwice>,
     /// pipelock's programs over the last interval: runs per second, ns per run.
     pub bpf_runs_per_s: f64,
     pub bpf_ns_per_run: Option<f64>,
@@ -245,6 +247,7 @@ impl App {
             .collect();
         self.fill = fill;
         self.collector = total.collector;
+        self.asked_twice = total.asked_twice.clone();
         self.rows = join_rows(&interval, &total, seconds);
         if self.groupings.callers {
             self.callers = join_groups(&interval.by_caller, &total.by_caller, seconds);

@@ -75,6 +75,7 @@ pub fn report(locks: Vec<LockRow>, duration_s: f64) -> TraceReport {
         maps: Vec::new(),
         tracer_cpu_s: None,
         collector: None,
+        asked_twice: Vec::new(),
         by: Default::default(),
         by_caller: Vec::new(),
         by_task: Vec::new(),

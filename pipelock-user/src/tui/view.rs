@@ -108,6 +108,17 @@ fn header_lines(app: &App, width: usize) -> Vec<Line<'static>> {
     let drops: BTreeMap<String, u64> = app.drops.iter().cloned().collect();
     let last = if app.samples == 0 {
         "waiting for the first interval…".to_owned()
+    } else if let Some(asked) = app.asked_twice.first() {
+        // Before anything else: the figures below no longer matter much.
+        format!(
+            "DEADLOCK: {} asked for the mutex of {} that it holds{}",
+            asked.task(),
+            asked.lock,
+            match app.asked_twice.len() {
+                1 => String::new(),
+                n => format!(" (and {} more; m)", n - 1),
+            }
+        )
     } else if !app.filter.is_empty() {
         let all = match app.by {
             ByKey::Lock => app.rows.len(),
@@ -146,6 +157,9 @@ fn draw_kernel_pane(frame: &mut Frame, area: Rect, app: &App) {
             m.capacity,
             m.memlock_bytes.map_or_else(|| "n/a".to_owned(), human_mib)
         )));
+    }
+    for asked in &app.asked_twice {
+        lines.push(Line::from(format!(" {}", asked.line())));
     }
     if let Some(c) = &app.collector {
         lines.push(Line::from(format!(

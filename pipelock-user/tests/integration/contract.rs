@@ -390,6 +390,56 @@ fn compare_and_csv_read_back() -> Result<Outcome> {
 }
 register!(Host compare_and_csv_read_back);
 
+/// A result file of another format, or one without the field (an older
+/// pipelock's, another program's), is refused by `report` and `compare` in
+/// one line that says which, with a non-zero exit: never read as zeros.
+fn results_of_another_format_are_refused_in_one_line() -> Result<Outcome> {
+    let fixture = fs::read_to_string(fixtures().join("../results/pipe-herd.json"))?;
+    let mut value: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&fixture)?;
+    ensure!(value.contains_key("format"), "the fixture has no format field");
+    let mut older = value.clone();
+    older.insert("format".into(), 1.into());
+    value.remove("format");
+    let cases = [
+        (
+            "format-1.json",
+            serde_json::Value::Object(older),
+            "result format 1",
+        ),
+        (
+            "no-format.json",
+            serde_json::Value::Object(value),
+            "no result format field",
+        ),
+    ];
+    for (name, json, want) in cases {
+        let path = scratch(name);
+        fs::write(&path, serde_json::to_string(&json)?)?;
+        let fresh = fixtures().join("../results/pipe-herd.json");
+        let page = scratch(&format!("{name}.html"));
+        let runs = [
+            (
+                "report",
+                run(pipelock().arg("report").arg(&path).arg("--html").arg(&page))?,
+            ),
+            ("compare", run(pipelock().arg("compare").arg(&fresh).arg(&path))?),
+        ];
+        let _ = fs::remove_file(&path);
+        ensure!(!page.exists(), "report wrote a page of a refused file");
+        for (command, out) in runs {
+            let stderr = text(&out.stderr);
+            ensure!(
+                !out.status.success() && stderr.trim().lines().count() == 1 && stderr.contains(want),
+                "{command} on {name}: exit {}, want one line saying {want:?}: {stderr}",
+                out.status
+            );
+            println!("  {command} {name}: {}", stderr.trim());
+        }
+    }
+    Ok(Outcome::Passed)
+}
+register!(Host results_of_another_format_are_refused_in_one_line);
+
 /// A test function nobody registered would never run: every
 /// `fn …() -> Result<Outcome>` in these files, and every test a
 /// `per_mode!` block names, is in [`TESTS`].

@@ -193,8 +193,8 @@ fn many_pipes_at_once_are_named_or_counted() -> Result<Outcome> {
 register!(Kernel many_pipes_at_once_are_named_or_counted);
 
 /// `--interval 1` over pipes made and freed without pause, measured by what
-/// passes rather than by the clock: once the collector has retired twice its
-/// bound (`--track-locks`), pipelock's RSS is read until eight times the
+/// passes rather than by the clock: once the collector has retired four times
+/// its bound (`--track-locks`), pipelock's RSS is read until eight times the
 /// bound more have gone through. A collector that kept every lock, or leaked
 /// the ones it retires, adds some 3 KB a lock: 12 MB over that window.
 /// (That the kernel's maps are emptied at each drain is
@@ -204,8 +204,8 @@ fn churn_keeps_memory_flat() -> Result<Outcome> {
         return Ok(skip);
     }
     const TRACK: u64 = 512;
-    // Past the warm-up: the tables have turned over twice.
-    const WARM: u64 = 2 * TRACK;
+    // Past the warm-up: the tables have turned over four times.
+    const WARM: u64 = 4 * TRACK;
     const WINDOW: u64 = 8 * TRACK;
     // Far beyond any churn seen here (~1300 locks/s idle, ~60 under load).
     const LIMIT: std::time::Duration = std::time::Duration::from_secs(400);

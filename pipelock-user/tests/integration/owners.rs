@@ -211,27 +211,47 @@ fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
         Err(skip) => return Ok(skip),
     };
     let limit = if in_vm() { "50000" } else { "200000" };
-    let report = match trace_json(
-        &["--mode", mode, "--class", "pipe-mutex"],
-        &["run", "pipe-herd", "-k", "4", "--limit", limit, "-q"],
-    )? {
-        Ok(report) => report,
-        Err(skip) => return Ok(skip),
+    // A skipped run of a pipe call's entry loses every wait of that call,
+    // and a herd's reader can wait for the mutex again after each wake-up:
+    // how many is unknown, so such a run cannot be held to the exact rule.
+    // Runs again until one has none (every other skipped run loses at
+    // most one wait), a few times at most.
+    const ATTEMPTS: usize = 3;
+    let mut entry_skips = Vec::new();
+    let (report, trace, missed) = loop {
+        write(&Path::new(TRACEFS).join("trace"), "")?;
+        write(&Path::new(TRACEFS).join("tracing_on"), "1")?;
+        let report = match trace_json(
+            &["--mode", mode, "--class", "pipe-mutex"],
+            &["run", "pipe-herd", "-k", "4", "--limit", limit, "-q"],
+        )? {
+            Ok(report) => report,
+            Err(skip) => return Ok(skip),
+        };
+        write(&Path::new(TRACEFS).join("tracing_on"), "0")?;
+        let trace = fs::read_to_string(Path::new(TRACEFS).join("trace")).context("cannot read the trace")?;
+        let missed = reference_misses()?;
+        let skipped_entries: u64 = report
+            .programs
+            .iter()
+            .filter(|p| skips::is_pipe_call_entry(&p.name))
+            .map(|p| p.recursion_misses)
+            .sum();
+        if skipped_entries == 0 {
+            break (report, trace, missed);
+        }
+        entry_skips.push(skipped_entries);
+        if entry_skips.len() == ATTEMPTS {
+            return Ok(Outcome::Skipped(format!(
+                "{mode}: the kernel skipped pipe-call entries in every run ({entry_skips:?}), each losing an \
+                 unknown number of waits: no run to hold to the exact count"
+            )));
+        }
     };
-    write(&Path::new(TRACEFS).join("tracing_on"), "0")?;
-    let trace = fs::read_to_string(Path::new(TRACEFS).join("trace")).context("cannot read the trace")?;
-    let missed = reference_misses()?;
     drop(probes);
-    // `# entries-in-buffer/entries-written: 1234/1234   #P:2`
-    let (kept, written) = trace
-        .lines()
-        .find_map(|l| l.split_once("entries-in-buffer/entries-written:"))
-        .and_then(|(_, rest)| rest.split_whitespace().next()?.split_once('/'))
-        .context("no entries-written line in the trace")?;
-    ensure!(
-        kept == written,
-        "the trace lost events ({kept} of {written} kept): the check is void"
-    );
+    if !entry_skips.is_empty() {
+        println!("  {mode}: runs before this one had pipe-call entries skipped ({entry_skips:?}): run again");
+    }
     let mutex = report
         .locks
         .iter()

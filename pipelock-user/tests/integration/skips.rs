@@ -6,6 +6,10 @@
 //! until its task runs again). A skipped run can lose one event, but only
 //! of the path that program is on: a count may fall short of its known
 //! answer by no more than the skipped runs of its own path's programs.
+//! A pipe call's entry is the exception: skipped, it leaves the whole call
+//! untraced, and a call that sleeps takes its mutex again after each
+//! wake-up; a test whose calls sleep judges only runs without such skips
+//! ([`is_pipe_call_entry`]).
 use std::fmt;
 
 use pipelock_user::model::{LockRow, ProgramStats, TraceReport, fixtures};
@@ -38,6 +42,15 @@ impl CountedPath {
         };
         pipe_call || contention || lock
     }
+}
+
+/// Whether `program` is a pipe call's entry (fentry or kprobe): a skipped
+/// run of it leaves that whole call untraced, every lock it takes, not one.
+pub(super) fn is_pipe_call_entry(program: &str) -> bool {
+    let name = program.strip_prefix("kp_").unwrap_or(program);
+    ["pipe_read_", "pipe_write_", "splice_", "tee_", "vmsplice_"]
+        .iter()
+        .any(|call| name.strip_prefix(call) == Some("entry"))
 }
 
 /// The skipped runs of a report's programs on one path, per program.

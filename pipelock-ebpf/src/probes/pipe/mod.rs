@@ -161,6 +161,13 @@ pub fn kp_spin_lock_exit(_ctx: RetProbeContext) -> u32 {
 #[btf_tracepoint(function = "contention_begin")]
 pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
     let (lock, flags): (u64, u32) = (ctx.arg(0), ctx.arg(1));
+    crate::probes::asked_twice::check(
+        &ctx,
+        config(),
+        crate::btf_ptr::BtfPtr::current_task(),
+        lock,
+        flags,
+    );
     let Some(state) = current_state() else {
         return 0;
     };
