@@ -198,12 +198,12 @@ mod tests {
             (
                 "older run",
                 "{\"workload\": \"pipe-herd\", \"trace\": {\"locks\": []}}",
-                "a pipelock run result no result format field",
+                "a pipelock run result, but no result format field",
             ),
             (
                 "newer trace",
                 "{\"format\": 3, \"locks\": [{\"lock\": 1}]}",
-                "a pipelock trace written in result format 3",
+                "a pipelock trace, but written in result format 3",
             ),
             (
                 "foreign trace",
