@@ -252,6 +252,16 @@ fn unknown_owners_are_the_kernels_unowned_waits(mode: &str) -> Result<Outcome> {
     if !entry_skips.is_empty() {
         println!("  {mode}: runs before this one had pipe-call entries skipped ({entry_skips:?}): run again");
     }
+    // `# entries-in-buffer/entries-written: 1234/1234   #P:2`
+    let (kept, written) = trace
+        .lines()
+        .find_map(|l| l.split_once("entries-in-buffer/entries-written:"))
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.split_once('/'))
+        .context("no entries-written line in the trace")?;
+    ensure!(
+        kept == written,
+        "the trace lost events ({kept} of {written} kept): the check is void"
+    );
     let mutex = report
         .locks
         .iter()
