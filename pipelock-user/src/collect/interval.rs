@@ -14,7 +14,7 @@ use crate::{
     Error,
     bpf::maps::{self, Identities, Taken},
     model::{
-        AskedTwice, CollectorFill, LockClass, MapFill, Snapshot, SortKey, TraceReport,
+        CollectorFill, LockClass, MapFill, Snapshot, SortKey, TraceReport,
         owners::{fold_details, merge_details},
         sort_rows,
         timing::merge_stats,
@@ -213,14 +213,13 @@ impl IntervalCollector {
         if let Some((part, _)) = &mut self.part {
             part.add(&fresh, &Identities::default());
         }
-        let asked_twice = tracer.new_asked_twice()?;
+        tracer.take_asked_twice()?;
         let interval = self.last.elapsed();
         self.last = Instant::now();
         Ok(Drained {
             fresh,
             fill,
             interval,
-            asked_twice,
         })
     }
 
@@ -306,8 +305,6 @@ pub struct Drained {
     pub fresh: Taken,
     pub fill: Vec<MapFill>,
     pub interval: std::time::Duration,
-    /// Threads first seen asking for a mutex they own at this drain.
-    pub asked_twice: Vec<AskedTwice>,
 }
 
 #[cfg(test)]

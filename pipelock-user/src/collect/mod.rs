@@ -333,10 +333,9 @@ impl Tracer {
         self.say_asked_twice = say;
     }
 
-    /// Threads that asked for a mutex they already own, not returned
-    /// before: each a deadlock in progress, to be said at once.
-    pub(crate) fn new_asked_twice(&mut self) -> Result<Vec<AskedTwice>, Error> {
-        let mut fresh = Vec::new();
+    /// Takes in the threads that asked for a mutex they already own since
+    /// the last call: each a deadlock in progress, said at once.
+    pub(crate) fn take_asked_twice(&mut self) -> Result<(), Error> {
         for (key, event) in maps::read_asked_twice(&self.ebpf)? {
             if !self.asked_seen.insert(key) {
                 continue;
@@ -345,15 +344,10 @@ impl Tracer {
                 .iter()
                 .map(|ip| self.symbols.frame(*ip))
                 .collect();
-            let comm_len = event
-                .comm
-                .iter()
-                .position(|b| *b == 0)
-                .unwrap_or(event.comm.len());
             let row = AskedTwice {
                 pid: (key.pid_tgid >> 32) as u32,
                 tid: key.pid_tgid as u32,
-                comm: String::from_utf8_lossy(&event.comm[..comm_len]).into_owned(),
+                comm: crate::model::naming::comm_text(&event.comm),
                 lock_addr: key.lock,
                 lock: if event.ino != 0 {
                     format!("pipe:[{}]", event.ino)
@@ -369,10 +363,9 @@ impl Tracer {
             if self.say_asked_twice {
                 eprintln!("pipelock: {}", row.line());
             }
-            self.asked_twice.push(row.clone());
-            fresh.push(row);
+            self.asked_twice.push(row);
         }
-        Ok(fresh)
+        Ok(())
     }
 
     /// What this mode or kernel could not measure, class by class.
