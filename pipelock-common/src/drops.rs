@@ -26,7 +26,9 @@ pub enum Drop {
     /// (indexed by thread id modulo [`crate::TASK_SLOTS`]) held by another thread
     /// inside a pipe call: the call was not traced. Tracepoint mode: a
     /// thread took over a `TASK_WAITS` slot in which another thread had a
-    /// wait open: that wait is lost.
+    /// wait open: that wait is lost. Both: a program found its thread's
+    /// slot taken by another thread's program running at that moment (see
+    /// [`crate::ThreadSlot`]): the event was not recorded.
     SlotBusy = 6,
     /// `DETAIL_A/B` were full: a part of a lock's figures (by owner, caller
     /// or task) was not recorded (the lock's own figures were).

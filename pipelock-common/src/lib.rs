@@ -209,8 +209,6 @@ pub const OPEN_WAITS: usize = 3;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskWaits {
-    /// The thread (`pid_tgid`) whose waits these are; 0: never used.
-    pub owner: u64,
     pub waits: [Pending; OPEN_WAITS],
     /// Whether the thread is traced (`-p`, `-t`, the followed command),
     /// judged when it took the slot (again on every wait with `-c`).
@@ -225,8 +223,8 @@ pub struct TaskWaits {
     /// Where the next lock goes in `recorded` (round robin).
     pub recorded_next: u32,
     pub _pad: u32,
-    /// The thread's `task_struct` (with `owner`, who the slot is for: a
-    /// thread id reused in the same process is another task).
+    /// The thread's `task_struct` (with [`ThreadSlot::owner`], who the slot
+    /// is for: a thread id reused in the same process is another task).
     pub task: u64,
     /// Where its user registers are (`task_pt_regs`, fixed for the task's
     /// life: the top of its kernel stack), so a begin reads the syscall
@@ -255,13 +253,29 @@ pub mod pipe_lock {
 /// (a power of two).
 pub const TASK_SLOTS: u32 = 16384;
 
+/// A slot of `TASK_PIPE` or `TASK_WAITS`. Threads whose ids are
+/// `TASK_SLOTS` apart share it, and a program can be interrupted on its CPU
+/// by another that looks up the same thread's slot: a program reads or
+/// writes `value` (and writes `owner`) only after turning `taken` from 0
+/// to 1 with one compare-and-swap, and sets it back to 0 when done. A
+/// program that finds it taken leaves the event out (counted as
+/// `slot_busy` when another thread holds it; a program nested in the
+/// thread's own sees BPF's or an interrupt's locks, not the call's).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSlot<T> {
+    /// The thread (`pid_tgid`) the slot is for; 0: never used. Read
+    /// without taking the slot, as a hint only (checked again once taken).
+    pub owner: u64,
+    pub taken: u64,
+    pub value: T,
+}
+
 /// Hooked modes: a task inside a pipe call (read/write, splice, tee,
 /// vmsplice), and where each of its pipes' locks stands for it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskPipe {
-    /// The thread (`pid_tgid`) this slot belongs to; 0: free.
-    pub owner: u64,
     /// The call's pipes (`pipe_inode_info`, whose mutex is at offset 0); 0
     /// for none (outside a call, or the second pipe of a one-pipe call).
     pub pipe: [u64; pipe_lock::PIPES],

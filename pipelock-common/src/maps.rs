@@ -5,7 +5,7 @@ pub const CONTENTION_BEGIN_COUNT: &str = "CONTENTION_BEGIN_COUNT";
 /// `PerCpuArray<u64>` with four slots: the self-test's interrupt-context
 /// check (syscalls on/off a task stack, softirqs on/off one).
 pub const INTERRUPT_CHECK: &str = "INTERRUPT_CHECK";
-/// `Array<TaskWaits>`, one slot per thread id modulo `TASK_SLOTS`
+/// `Array<ThreadSlot<TaskWaits>>`, one slot per thread id modulo `TASK_SLOTS`
 /// (tracepoint mode): contended acquisitions in progress.
 pub const TASK_WAITS: &str = "TASK_WAITS";
 /// `HashMap<LockKey, LockStats>`, twice: the programs add to the
@@ -20,7 +20,7 @@ pub const CPU_LOCAL: [&str; 2] = ["CPU_LOCAL_A", "CPU_LOCAL_B"];
 pub const CPU_DETAILS: [&str; 2] = ["CPU_DETAILS_A", "CPU_DETAILS_B"];
 /// `Array<u32>` with one slot: which of `LOCK_STATS` the programs use.
 pub const STATS_SLOT: &str = "STATS_SLOT";
-/// `Array<TaskPipe>`, one slot per thread id modulo `TASK_SLOTS` (hooked
+/// `Array<ThreadSlot<TaskPipe>>`, one slot per thread id modulo `TASK_SLOTS` (hooked
 /// modes): the pipe call a thread is in.
 pub const TASK_PIPE: &str = "TASK_PIPE";
 /// `LruHashMap<LockKey, LockInfo>`: what the lock belongs to.

@@ -28,6 +28,7 @@ mod probes;
 mod recognise;
 mod recorded;
 mod task;
+mod thread_slot;
 
 #[cfg(not(test))]
 #[panic_handler]

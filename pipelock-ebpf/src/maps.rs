@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use pipelock_common::{
     DetailKey, DetailStats, Drop, HolderClock, LockInfo, LockKey, LockStats, LockUser, STACK_FRAMES,
-    TASK_SLOTS, TaskLockref, TaskName, TaskPipe, TaskWaits, TraceConfig,
+    TASK_SLOTS, TaskLockref, TaskName, TaskPipe, TaskWaits, ThreadSlot, TraceConfig,
     asked_twice::{AskedKey, AskedTwice},
 };
 
@@ -88,7 +88,7 @@ pub(crate) static EMPTY_STATS: LockStats = LockStats::EMPTY;
 /// off a shared list. A wait whose end was missed is replaced when the
 /// thread needs its entry (`stale_pending`).
 #[map]
-pub(crate) static TASK_WAITS: Array<TaskWaits> = Array::with_max_entries(TASK_SLOTS, 0);
+pub(crate) static TASK_WAITS: Array<ThreadSlot<TaskWaits>> = Array::with_max_entries(TASK_SLOTS, 0);
 /// Two statistics maps: the programs add to the one `STATS_SLOT`'s parity
 /// names; userspace adds one to the slot (see [`interval`]), waits an RCU
 /// grace period (no program still holds a pointer into the other map),
@@ -152,7 +152,7 @@ pub(crate) static TASK_FILTER: HashMap<u32, u32> = HashMap::with_max_entries(163
 /// threads whose ids share a slot cannot both be inside pipe calls: the
 /// second call is not traced and counted (`slot_busy`).
 #[map]
-pub(crate) static TASK_PIPE: Array<TaskPipe> = Array::with_max_entries(TASK_SLOTS, 0);
+pub(crate) static TASK_PIPE: Array<ThreadSlot<TaskPipe>> = Array::with_max_entries(TASK_SLOTS, 0);
 
 /// One entry per thread, kept between calls (`depth` 0 outside a caller):
 /// `dput` runs on every path walk, and a lookup is much cheaper than an

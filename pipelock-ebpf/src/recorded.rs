@@ -39,19 +39,43 @@ const RECENT_OWNERS: usize = 64;
 #[map]
 static RECENT: PerCpuArray<Recent> = PerCpuArray::with_max_entries(1, 0);
 
+/// This CPU's cache, reached through its pointer, never a reference: a
+/// program interrupted on this CPU by another that uses the cache sees the
+/// other's writes between two of its own accesses. Each field is read and
+/// written whole, and such a race only makes the cache miss, or a name be
+/// looked up twice.
+#[derive(Clone, Copy)]
+struct Cache(*mut Recent);
+
+/// Reads one field of the cache (`at` is a field address of a live value).
+#[inline(always)]
+fn load<F: Copy>(at: *const F) -> F {
+    // SAFETY: an aligned field of this CPU's live map value.
+    unsafe { core::ptr::read_volatile(at) }
+}
+
+/// Writes one field of the cache.
+#[inline(always)]
+fn store<F: Copy>(at: *mut F, value: F) {
+    // SAFETY: as in `load`.
+    unsafe { core::ptr::write_volatile(at, value) }
+}
+
 /// This CPU's cache, emptied of the lock and process of a past interval.
 #[inline(always)]
-fn recent() -> Option<&'static mut Recent> {
-    // SAFETY: this CPU's slot; a racing program on this CPU can only make
-    // the cache miss, or a name be looked up twice.
-    let recent = unsafe { &mut *RECENT.get_ptr_mut(0)? };
+fn recent() -> Option<Cache> {
+    let recent = RECENT.get_ptr_mut(0)?;
     let now = interval();
-    if recent.interval != now {
-        recent.interval = now;
-        recent.named = LockKey::default();
-        recent.user = LockKey::default();
+    // SAFETY (all field addresses here and below): `recent` is this CPU's
+    // live, aligned value; only addresses are taken.
+    unsafe {
+        if load(&raw const (*recent).interval) != now {
+            store(&raw mut (*recent).interval, now);
+            store(&raw mut (*recent).named, LockKey::default());
+            store(&raw mut (*recent).user, LockKey::default());
+        }
     }
-    Some(recent)
+    Some(Cache(recent))
 }
 
 /// Whether thread `tid` is not yet named from this CPU in this interval;
@@ -60,17 +84,22 @@ fn recent() -> Option<&'static mut Recent> {
 /// lookup that would find the name there.
 #[inline(always)]
 pub(crate) fn first_naming(tid: u32) -> bool {
-    let Some(recent) = recent() else {
+    let Some(Cache(recent)) = recent() else {
         return true;
     };
-    let tag = (recent.interval as u64) << 32 | tid as u64;
-    let Some(seen) = recent.owners.get_mut(tid as usize % RECENT_OWNERS) else {
+    // SAFETY: as in `recent`.
+    let (interval, owners) = unsafe { (load(&raw const (*recent).interval), &raw mut (*recent).owners) };
+    let tag = (interval as u64) << 32 | tid as u64;
+    let index = tid as usize % RECENT_OWNERS;
+    if index >= RECENT_OWNERS {
         return true;
-    };
-    if *seen == tag {
+    }
+    // SAFETY: `index` is within the array.
+    let seen = unsafe { owners.cast::<u64>().add(index) };
+    if load(seen) == tag {
         return false;
     }
-    *seen = tag;
+    store(seen, tag);
     true
 }
 
@@ -78,9 +107,10 @@ pub(crate) fn first_naming(tid: u32) -> bool {
 /// the name only when it is not).
 #[inline(always)]
 pub(crate) fn name_lock(key: &LockKey, info: impl FnOnce() -> LockInfo) {
-    let mut recent = recent();
-    if let Some(recent) = &recent
-        && recent.named == *key
+    let recent = recent();
+    // SAFETY: as in `recent`.
+    if let Some(Cache(recent)) = recent
+        && load(unsafe { &raw const (*recent).named }) == *key
     {
         return;
     }
@@ -89,20 +119,23 @@ pub(crate) fn name_lock(key: &LockKey, info: impl FnOnce() -> LockInfo) {
     if unsafe { LOCK_INFO.get(key) }.is_none() {
         let _ = LOCK_INFO.insert(key, &info(), BPF_NOEXIST as u64);
     }
-    if let Some(recent) = &mut recent {
-        recent.named = *key;
+    if let Some(Cache(recent)) = recent {
+        // SAFETY: as in `recent`.
+        store(unsafe { &raw mut (*recent).named }, *key);
     }
 }
 
 /// Records the process on a lock once (it shows in the report's processes).
 #[inline(always)]
 pub(crate) fn note_user(key: LockKey, tgid: u32) {
-    if let Some(recent) = recent() {
-        if recent.user == key && recent.user_tgid == tgid {
+    if let Some(Cache(recent)) = recent() {
+        // SAFETY: as in `recent`.
+        let (user, user_tgid) = unsafe { (&raw mut (*recent).user, &raw mut (*recent).user_tgid) };
+        if load(user) == key && load(user_tgid) == tgid {
             return;
         }
-        recent.user = key;
-        recent.user_tgid = tgid;
+        store(user, key);
+        store(user_tgid, tgid);
     }
     let user = LockUser { key, tgid, _pad: 0 };
     // SAFETY: a lookup; the comm is only fetched for a process not seen yet.

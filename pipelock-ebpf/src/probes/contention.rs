@@ -34,6 +34,7 @@ use crate::{
     recognise::recognise,
     recorded::{name_lock, note_user},
     task::{on_task_stack, pid_tgid_of},
+    thread_slot::Taken,
 };
 
 /// The class of `lock` if it is one of `pipe`'s own locks.
@@ -188,17 +189,17 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
     let Some(slot) = TASK_WAITS.get_ptr_mut(pid_tgid as u32 % TASK_SLOTS) else {
         return;
     };
-    // SAFETY: a value of this map; only this thread updates its slot (an
-    // interrupt on its CPU runs as this thread and is left out below).
-    let slot = unsafe { &mut *slot };
-    if slot.owner != pid_tgid || slot.task != task.address() {
+    let Some(mut slot) = Taken::any(slot, pid_tgid) else {
+        return;
+    };
+    if slot.owner() != pid_tgid || slot.task != task.address() {
         // A thread 16 384 ids away, or one that has exited: its waits go.
         if slot.waits.iter().any(|wait| wait.lock != 0) {
             count_drop(Drop::SlotBusy);
             slot.waits.iter().for_each(forget);
         }
+        slot.set_owner(pid_tgid);
         *slot = TaskWaits {
-            owner: pid_tgid,
             wanted: wanted(cfg, pid_tgid) as u32,
             task: task.address(),
             regs: BtfPtr::user_regs_of(task).address(),
@@ -237,6 +238,7 @@ fn on_begin<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64, flags: u32, on_
             slot.wanted = wanted(cfg, pid_tgid) as u32;
         }
     }
+    let slot = &mut *slot;
     if slot.wanted == 0 {
         return;
     }
@@ -299,11 +301,10 @@ fn on_end<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64) {
     let Some(slot) = TASK_WAITS.get_ptr_mut(pid_tgid as u32 % TASK_SLOTS) else {
         return;
     };
-    // SAFETY: as in `on_begin`.
-    let slot = unsafe { &mut *slot };
-    if slot.owner != pid_tgid {
+    let Some(mut slot) = Taken::own(slot, pid_tgid) else {
         return;
-    }
+    };
+    let slot = &mut *slot;
     let Some(wait) = slot.waits.iter_mut().find(|wait| wait.lock == lock) else {
         return;
     };

@@ -1,7 +1,7 @@
 //! The report as CSV: one row per lock, times in ns, unmeasured values empty.
 use serde::Serialize;
 
-use crate::model::{ByKey, TraceReport, class_label};
+use crate::model::{ByKey, LockClass, TraceReport, class_label};
 
 /// One CSV row; `None` is written as an empty field (not measured ≠ 0).
 #[derive(Serialize)]
@@ -38,10 +38,11 @@ struct CsvRow<'a> {
     hold_on_cpu_ns: Option<u64>,
     hold_runnable_ns: Option<u64>,
     hold_sleeping_ns: Option<u64>,
+    asked_twice: u64,
 }
 
 /// The CSV columns, in order (`--interval` files put `timestamp` first).
-pub const CSV_COLUMNS: [&str; 32] = [
+pub const CSV_COLUMNS: [&str; 33] = [
     "class",
     "lock_addr",
     "pipe_ino",
@@ -74,6 +75,7 @@ pub const CSV_COLUMNS: [&str; 32] = [
     "hold_on_cpu_ns",
     "hold_runnable_ns",
     "hold_sleeping_ns",
+    "asked_twice",
 ];
 
 /// The report as CSV: a header row, then one row per lock.
@@ -187,6 +189,13 @@ pub fn csv_block(report: &TraceReport, timestamp: Option<&str>, header: bool) ->
             return writer.into_inner().map_err(|e| csv::Error::from(e.into_error()));
         }
     }
+    let asked_twice = |lock_addr: u64, name: &str| {
+        report
+            .asked_twice
+            .iter()
+            .filter(|asked| asked.lock_addr == lock_addr && asked.lock == name)
+            .count() as u64
+    };
     for row in &report.locks {
         let (w, h) = (row.wait.as_ref(), row.hold.as_ref());
         stamp(&mut writer)?;
@@ -223,9 +232,68 @@ pub fn csv_block(report: &TraceReport, timestamp: Option<&str>, header: bool) ->
             hold_on_cpu_ns: row.holds.hold_on_cpu_ns,
             hold_runnable_ns: row.holds.hold_runnable_ns,
             hold_sleeping_ns: row.holds.hold_sleeping_ns,
+            asked_twice: asked_twice(row.lock_addr, &row.name),
+        })?;
+    }
+    // A mutex asked for by its owner is a wait that never ends: its lock
+    // may have no row of figures, and still gets one, figures empty.
+    let mut alone: Vec<(u64, &str, Option<LockClass>)> = report
+        .asked_twice
+        .iter()
+        .filter(|asked| {
+            !report
+                .locks
+                .iter()
+                .any(|row| row.lock_addr == asked.lock_addr && row.name == asked.lock)
+        })
+        .map(|asked| (asked.lock_addr, asked.lock.as_str(), asked.class))
+        .collect();
+    alone.sort_unstable();
+    alone.dedup();
+    for (lock_addr, name, class) in alone {
+        stamp(&mut writer)?;
+        writer.serialize(CsvRow {
+            class: class_label(class),
+            lock_addr: format!("{lock_addr:#x}"),
+            pipe_ino: pipe_ino(name),
+            name,
+            comms: String::new(),
+            mode: &report.mode,
+            acquisitions: None,
+            contentions: 0,
+            spin_only: 0,
+            wait_total_ns: None,
+            wait_avg_ns: None,
+            wait_p50_ns: None,
+            wait_p90_ns: None,
+            wait_p99_ns: None,
+            wait_p999_ns: None,
+            wait_max_ns: None,
+            hold_total_ns: None,
+            hold_avg_ns: None,
+            hold_p50_ns: None,
+            hold_p90_ns: None,
+            hold_p99_ns: None,
+            hold_p999_ns: None,
+            hold_max_ns: None,
+            dropped: None,
+            holder_on_cpu_ns: None,
+            holder_runnable_ns: None,
+            holder_sleeping_ns: None,
+            top_owner: None,
+            top_owner_wait_ns: None,
+            hold_on_cpu_ns: None,
+            hold_runnable_ns: None,
+            hold_sleeping_ns: None,
+            asked_twice: asked_twice(lock_addr, name),
         })?;
     }
     writer.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+}
+
+/// The inode number in a pipe lock's name (`pipe:[4242]`).
+fn pipe_ino(name: &str) -> Option<u64> {
+    name.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok()
 }
 
 #[cfg(test)]
@@ -241,10 +309,47 @@ mod tests {
             "class,lock_addr,pipe_ino,name,comms,mode,acquisitions,contentions,spin_only,wait_total_ns,\
              wait_avg_ns,wait_p50_ns,wait_p90_ns,wait_p99_ns,wait_p999_ns,wait_max_ns,hold_total_ns,\
              hold_avg_ns,hold_p50_ns,hold_p90_ns,hold_p99_ns,hold_p999_ns,hold_max_ns,dropped,holder_on_cpu_ns,holder_runnable_ns,holder_sleeping_ns,\
-             top_owner,top_owner_wait_ns,hold_on_cpu_ns,hold_runnable_ns,hold_sleeping_ns\n\
+             top_owner,top_owner_wait_ns,hold_on_cpu_ns,hold_runnable_ns,hold_sleeping_ns,asked_twice\n\
              pipe-mutex,0xffff888001234000,4242,pipe:[4242],herd(10) herd(11),tracepoint (tp_btf),,3,1,\
-             4300,1433,200,3968,3968,3968,4000,,,,,,,,2,,,,,,,,\n"
+             4300,1433,200,3968,3968,3968,4000,,,,,,,,2,,,,,,,,,0\n"
         );
+    }
+
+    #[test]
+    fn a_mutex_asked_for_twice_is_counted_on_its_row_or_gets_one() {
+        use crate::model::{AskedTwice, LockClass};
+        let mut report = sample();
+        let asked = |lock_addr: u64, lock: &str| AskedTwice {
+            pid: 7,
+            tid: 8,
+            comm: "paths".into(),
+            lock_addr,
+            lock: lock.into(),
+            class: Some(LockClass::PipeMutex),
+            syscall: Some("fcntl".into()),
+            stack: vec!["pipe_set_size+0x40".into()],
+        };
+        let row = &report.locks[0];
+        let (known, name) = (row.lock_addr, row.name.clone());
+        report.asked_twice = vec![asked(known, &name), asked(0xffff888009990000, "pipe:[77]")];
+        let csv = String::from_utf8(to_csv(&report).unwrap()).unwrap();
+        let mut reader = csv::Reader::from_reader(csv.as_bytes());
+        let rows: Vec<std::collections::HashMap<String, String>> =
+            reader.deserialize().collect::<Result<_, _>>().unwrap();
+        assert_eq!(rows.len(), 2, "{csv}");
+        assert_eq!(rows[0]["asked_twice"], "1");
+        assert_eq!(rows[0]["contentions"], "3");
+        let alone = &rows[1];
+        assert_eq!(
+            (
+                &*alone["name"],
+                &*alone["pipe_ino"],
+                &*alone["lock_addr"],
+                &*alone["asked_twice"]
+            ),
+            ("pipe:[77]", "77", "0xffff888009990000", "1")
+        );
+        assert_eq!((&*alone["class"], &*alone["wait_max_ns"]), ("pipe-mutex", ""));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and which of the call's pipes' locks an address is.
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use pipelock_common::{
-    LockKey, TASK_SLOTS, TaskPipe, TraceConfig,
+    LockKey, TASK_SLOTS, TaskPipe, ThreadSlot, TraceConfig,
     pipe_lock::{self, COUNT, PIPES, SLOTS},
 };
 
@@ -14,40 +14,43 @@ use crate::{
     kernel_memory::read,
     maps::{PIPE_FREES, TASK_PIPE, config, pipe_frees},
     recorded::note_user,
+    thread_slot::Taken,
 };
 
 /// `TaskPipe::pipe[0]` inside a read/write whose mutex has not been taken
 /// yet (no lock lives at address 1).
 pub(super) const PIPE_PENDING: u64 = 1;
 
-/// The slot of thread `pid_tgid`, whoever holds it.
+/// The slot of thread `pid_tgid`, whoever it is for.
 #[inline(always)]
-pub(super) fn slot_of(pid_tgid: u64) -> Option<&'static mut TaskPipe> {
-    let index = (pid_tgid as u32) & (TASK_SLOTS - 1);
-    // SAFETY: a slot of the array; only its owner thread writes it (a
-    // claim happens while no other thread is inside a call with it).
-    TASK_PIPE.get_ptr_mut(index).map(|slot| unsafe { &mut *slot })
+fn slot_of(pid_tgid: u64) -> Option<*mut ThreadSlot<TaskPipe>> {
+    TASK_PIPE.get_ptr_mut((pid_tgid as u32) & (TASK_SLOTS - 1))
 }
 
-/// The current thread's state, if it holds its slot.
+/// The current thread's state, taken, if the slot is for it.
 #[inline(always)]
-pub(super) fn current_state() -> Option<&'static mut TaskPipe> {
+pub(super) fn current_state() -> Option<Taken<TaskPipe>> {
     let pid_tgid = bpf_get_current_pid_tgid();
-    slot_of(pid_tgid).filter(|state| state.owner == pid_tgid)
+    Taken::own(slot_of(pid_tgid)?, pid_tgid)
 }
 
 /// The slot for a traced thread entering a pipe call: its own, or one it
 /// claims from a thread that is not inside a pipe call (gone, or between
 /// calls). `None` if it is not traced, or its slot is busy.
 #[inline(always)]
-pub(super) fn enter_state(pid_tgid: u64) -> Option<&'static mut TaskPipe> {
+pub(super) fn enter_state(pid_tgid: u64) -> Option<Taken<TaskPipe>> {
     let cfg = config();
-    let state = slot_of(pid_tgid)?;
-    if state.owner == pid_tgid {
+    let slot = slot_of(pid_tgid)?;
+    // Pipe calls of threads not traced take nothing.
+    if Taken::owner_hint(slot) != pid_tgid && !wanted(cfg, pid_tgid) {
+        return None;
+    }
+    let mut state = Taken::any(slot, pid_tgid)?;
+    if state.owner() == pid_tgid {
         // Its process stays traced while it lives; only a command name can
         // change (exec), so only `-c` is checked again.
         if cfg.filter_comm_set != 0 && !wanted(cfg, pid_tgid) {
-            state.owner = 0;
+            state.set_owner(0);
             return None;
         }
         return Some(state);
@@ -55,11 +58,11 @@ pub(super) fn enter_state(pid_tgid: u64) -> Option<&'static mut TaskPipe> {
     if !wanted(cfg, pid_tgid) {
         return None;
     }
-    if state.owner != 0 && state.pipe != [0; PIPES] {
+    if state.owner() != 0 && state.pipe != [0; PIPES] {
         count_drop(pipelock_common::Drop::SlotBusy);
         return None;
     }
-    state.owner = pid_tgid;
+    state.set_owner(pid_tgid);
     state.noted_pipe = 0;
     state.registered = 0;
     crate::details::name_current(cfg, pid_tgid);
@@ -79,11 +82,11 @@ pub(super) fn start_call(state: &mut TaskPipe, pipes: [u64; PIPES], inos: [u64; 
 /// kernel memory is read here, on every call.
 #[inline(always)]
 pub(super) fn enter_pipe_call(kiocb: u64) {
-    let Some(state) = enter_state(bpf_get_current_pid_tgid()) else {
+    let Some(mut state) = enter_state(bpf_get_current_pid_tgid()) else {
         return;
     };
     state.kiocb = kiocb;
-    start_call(state, [PIPE_PENDING, 0], [0; PIPES]);
+    start_call(&mut state, [PIPE_PENDING, 0], [0; PIPES]);
 }
 
 /// splice (`do_splice(in, …, out, …)`), tee (`do_tee(in, out, …)`) and
@@ -107,10 +110,10 @@ pub(super) fn enter_splice_call(cfg: &TraceConfig, files: [u64; PIPES]) {
     if pipes == [0; PIPES] {
         return;
     }
-    let Some(state) = enter_state(pid_tgid) else {
+    let Some(mut state) = enter_state(pid_tgid) else {
         return;
     };
-    start_call(state, pipes, inos);
+    start_call(&mut state, pipes, inos);
     // The read/write cache (`noted_pipe`, `registered`) no longer holds.
     state.noted_pipe = 0;
     state.registered = 0;
@@ -172,7 +175,7 @@ pub(super) fn pipe_freed() {
 /// A pipe call returns.
 #[inline(always)]
 pub(super) fn leave_pipe_call() {
-    if let Some(state) = current_state() {
+    if let Some(mut state) = current_state() {
         // Locks compare against `pipe`, so 0 makes every hook ignore the
         // thread until its next pipe call (and frees the slot for a thread
         // sharing it).

@@ -40,9 +40,10 @@ pub(super) fn class_wanted(index: usize) -> bool {
 /// mutex_lock entry: acquired now unless a `contention_begin` follows.
 #[inline(always)]
 pub(super) fn mutex_lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64) {
-    let Some(state) = current_state() else {
+    let Some(mut state) = current_state() else {
         return;
     };
+    let state = &mut *state;
     let Some(index) = pipe_mutex(state, lock) else {
         return;
     };
@@ -81,7 +82,7 @@ pub(super) fn mutex_begin_without_call(state: &mut TaskPipe, lock: u64) {
 /// call's pipe first if this is its first mutex.
 #[inline(always)]
 fn pipe_mutex(state: &mut TaskPipe, lock: u64) -> Option<usize> {
-    let tgid = (state.owner >> 32) as u32;
+    let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
     if state.pipe[0] == PIPE_PENDING && !adopt_pipe(state, lock, tgid) {
         // Not the pipe's mutex after all: leave this call untraced.
         state.pipe[0] = 0;
@@ -183,9 +184,10 @@ fn clear_owner(state: &mut TaskPipe, pipe: usize) {
 /// A contended mutex acquisition ends: the hold starts now.
 #[inline(always)]
 pub(super) fn mutex_contention_end(lock: u64) {
-    let Some(state) = current_state() else {
+    let Some(mut state) = current_state() else {
         return;
     };
+    let state = &mut *state;
     let Some(index) = which_lock(state, lock) else {
         return;
     };
@@ -227,9 +229,10 @@ pub(super) fn mutex_contention_end(lock: u64) {
 
 #[inline(always)]
 pub(super) fn lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64) {
-    let Some(state) = current_state() else {
+    let Some(mut state) = current_state() else {
         return;
     };
+    let state = &mut *state;
     if let Some(index) = which_lock(state, lock)
         && index < SLOTS
     {
@@ -243,9 +246,10 @@ pub(super) fn lock_call<C: EbpfContext + StackIdContext>(ctx: &C, lock: u64) {
 
 #[inline(always)]
 pub(super) fn acquired(lock: u64) {
-    let Some(state) = current_state() else {
+    let Some(mut state) = current_state() else {
         return;
     };
+    let state = &mut *state;
     if let Some(index) = which_lock(state, lock) {
         acquired_at(state, index, lock);
     }
@@ -255,9 +259,10 @@ pub(super) fn acquired(lock: u64) {
 /// most one spinlock call at a time, so the pending one is it.
 #[inline(always)]
 pub(super) fn acquired_pending() {
-    let Some(state) = current_state() else {
+    let Some(mut state) = current_state() else {
         return;
     };
+    let state = &mut *state;
     let cfg = config();
     for slot in 0..PIPES {
         for (lock, offset) in [
@@ -345,9 +350,11 @@ fn record_release<A: Adds>(
 
 #[inline(always)]
 pub(super) fn released(lock: u64) {
-    let Some(state) = current_state() else {
+    let Some(mut state) = current_state() else {
         return;
     };
+    let owner = state.owner();
+    let state = &mut *state;
     let Some(index) = which_lock(state, lock) else {
         return;
     };
@@ -380,12 +387,7 @@ pub(super) fn released(lock: u64) {
     let at = now();
     let (wait, hold) = (state.wait_ns[index], at - start);
     let previous = with_value!(stats, |stats| record_release(
-        &stats,
-        state.owner,
-        contended,
-        slept,
-        wait,
-        hold
+        &stats, owner, contended, slept, wait, hold
     ));
     if contended && index % COUNT != pipe_lock::MUTEX && owners_wanted(cfg) {
         // The shared rows: the local table's set hash would do arithmetic on the
@@ -406,6 +408,6 @@ pub(super) fn released(lock: u64) {
         let _ = record_weighed(key, detail::CALLER, id, weight, true, contended, wait, hold);
     }
     if cfg.details & (1 << detail::TASK) != 0 {
-        let _ = record_part(key, detail::TASK, state.owner as u32, true, contended, wait, hold);
+        let _ = record_part(key, detail::TASK, owner as u32, true, contended, wait, hold);
     }
 }

@@ -161,16 +161,20 @@ pub fn kp_spin_lock_exit(_ctx: RetProbeContext) -> u32 {
 #[btf_tracepoint(function = "contention_begin")]
 pub fn hooked_contention_begin(ctx: BtfTracePointContext) -> i32 {
     let (lock, flags): (u64, u32) = (ctx.arg(0), ctx.arg(1));
-    crate::probes::asked_twice::check(
-        &ctx,
-        config(),
-        crate::btf_ptr::BtfPtr::current_task(),
-        lock,
-        flags,
-    );
-    let Some(state) = current_state() else {
+    // Spinlocks carry no owner: their begins need not look up the task.
+    if flags & LCB_F_MUTEX != 0 {
+        crate::probes::asked_twice::check(
+            &ctx,
+            config(),
+            crate::btf_ptr::BtfPtr::current_task(),
+            lock,
+            flags,
+        );
+    }
+    let Some(mut state) = current_state() else {
         return 0;
     };
+    let state = &mut *state;
     if flags & LCB_F_MUTEX != 0 {
         mutex_begin_without_call(state, lock);
     }
