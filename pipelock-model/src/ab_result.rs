@@ -31,4 +31,165 @@ pub struct KernelRuns {
     pub release: String,
     /// Each boot's result, as the guest wrote it.
     pub runs: Vec<CommandResult>,
+    /// Why this kernel's runs ended early, if they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hang: Option<Hang>,
+}
+
+/// A guest that stopped making progress: a thread asked for a mutex it
+/// already held (pipelock's `deadlock:` line), or no result came before
+/// the deadline and the kernel had tasks blocked.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hang {
+    /// The run it happened in (1-based).
+    pub run: u32,
+    /// Seconds the command had run when the guest gave up on it.
+    pub after_s: u64,
+    /// pipelock's `deadlock:` lines, as the guest's pipelock printed them.
+    pub asked_twice: Vec<String>,
+    /// The kernel's list of blocked tasks and their stacks (sysrq `w`).
+    pub blocked: String,
+}
+
+impl Hang {
+    /// Whether this kernel is unsafe, not merely slow: a thread asked for a
+    /// lock it holds, or the kernel lists a task blocked for good.
+    pub fn is_unsafe(&self) -> bool {
+        !self.asked_twice.is_empty() || !self.blocked_tasks().is_empty()
+    }
+
+    /// The blocked tasks' header lines (`task:NAME state:D …`).
+    pub fn blocked_tasks(&self) -> Vec<&str> {
+        self.blocked
+            .lines()
+            .filter_map(|l| l.split_once("task:").map(|(_, task)| task.trim()))
+            .filter(|task| task.contains("state:D"))
+            .collect()
+    }
+
+    /// One sentence a maintainer can act on, for kernel `side` ("A", "B").
+    pub fn verdict(&self, side: &str) -> String {
+        if let Some(asked) = self.asked_twice.first().and_then(|l| AskedLine::parse(l)) {
+            let mut verdict = match &asked.function {
+                Some(function) => format!(
+                    "{side} is unsafe: {function}() asks for the mutex of {} that its thread already holds",
+                    asked.lock
+                ),
+                None => format!(
+                    "{side} is unsafe: a thread asks for the mutex of {} that it already holds",
+                    asked.lock
+                ),
+            };
+            if let Some(caller) = &asked.caller {
+                verdict.push_str(&format!(" (called from {caller}())"));
+            }
+            verdict.push_str(&format!("; task {}, in run {}", asked.task, self.run));
+            return verdict;
+        }
+        let blocked = self.blocked_tasks();
+        if blocked.is_empty() {
+            format!(
+                "{side} did not finish run {} within {} s, and its kernel lists no blocked task: slow, not stuck",
+                self.run, self.after_s
+            )
+        } else {
+            format!(
+                "{side} is unsafe: run {} stopped making progress after {} s with {} task(s) blocked (first: {})",
+                self.run,
+                self.after_s,
+                blocked.len(),
+                blocked[0]
+            )
+        }
+    }
+}
+
+/// The parts of pipelock's `deadlock:` line a verdict names.
+#[derive(Debug, PartialEq)]
+struct AskedLine {
+    task: String,
+    lock: String,
+    /// The function that asked (the innermost frame, offset left out).
+    function: Option<String>,
+    /// Its caller.
+    caller: Option<String>,
+}
+
+impl AskedLine {
+    /// `…deadlock: TASK asked for the mutex of LOCK (ADDR) that it already
+    /// holds[, in SYSCALL()][, at F+0x1 <- G+0x2 <- …]`.
+    fn parse(line: &str) -> Option<Self> {
+        let (_, rest) = line.split_once("deadlock: ")?;
+        let (task, rest) = rest.split_once(" asked for the mutex of ")?;
+        let (lock, rest) = rest.split_once(" (")?;
+        let frames: Vec<String> = rest
+            .split_once(", at ")
+            .map(|(_, stack)| {
+                stack
+                    .split(" <- ")
+                    .map(|frame| frame.split('+').next().unwrap_or(frame).trim().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Self {
+            task: task.to_owned(),
+            lock: lock.to_owned(),
+            function: frames.first().cloned(),
+            caller: frames.get(1).cloned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ASKED: &str = "pipelock: deadlock: paths(412/413) asked for the mutex of pipe:[1187] (0xffff888003c4a000) \
+        that it already holds, in fcntl(), at pipe_set_size+0x5e <- pipe_fcntl+0x8d <- do_fcntl+0x4c2";
+
+    fn hang(asked: &[&str], blocked: &str) -> Hang {
+        Hang {
+            run: 1,
+            after_s: 12,
+            asked_twice: asked.iter().map(|l| (*l).to_owned()).collect(),
+            blocked: blocked.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_thread_asking_twice_names_the_function_and_its_caller() {
+        let verdict = hang(&[ASKED], "").verdict("B");
+        assert_eq!(
+            verdict,
+            "B is unsafe: pipe_set_size() asks for the mutex of pipe:[1187] that its thread already holds \
+             (called from pipe_fcntl()); task paths(412/413), in run 1"
+        );
+        assert!(hang(&[ASKED], "").is_unsafe());
+    }
+
+    #[test]
+    fn a_hang_is_unsafe_only_with_a_task_blocked() {
+        let sysrq = "[   40.1] sysrq: Show Blocked State\n\
+                     [   40.1] task:paths           state:D stack:0     pid:413   ppid:412    flags:0x00004000\n\
+                     [   40.1] Call Trace:\n[   40.1]  <TASK>\n[   40.1]  __schedule+0x2f1/0x8a0\n";
+        let stuck = hang(&[], sysrq);
+        assert!(stuck.is_unsafe());
+        assert_eq!(stuck.blocked_tasks().len(), 1);
+        assert!(stuck.verdict("A").starts_with(
+            "A is unsafe: run 1 stopped making progress after 12 s with 1 task(s) blocked (first: paths"
+        ));
+        let slow = hang(&[], "[   40.1] sysrq: Show Blocked State\n");
+        assert!(!slow.is_unsafe());
+        assert!(slow.verdict("A").contains("slow, not stuck"));
+    }
+
+    #[test]
+    fn a_line_without_a_stack_still_names_the_lock() {
+        let line = "pipelock: deadlock: x(5) asked for the mutex of pipe:[9] (0x1) that it already holds";
+        let verdict = hang(&[line], "").verdict("B");
+        assert_eq!(
+            verdict,
+            "B is unsafe: a thread asks for the mutex of pipe:[9] that it already holds; task x(5), in run 1"
+        );
+    }
 }

@@ -91,6 +91,11 @@ pub enum Error {
     /// The thread that drains the maps ended with a panic.
     #[error("the collector thread stopped with a panic")]
     CollectorPanicked,
+    /// `pipelock ab` found a kernel unsafe: a thread asked for a lock it
+    /// held, or tasks stayed blocked (exit status 3; the verdict was
+    /// printed).
+    #[error("kernel {kernels} is unsafe (see the verdict above)")]
+    Unsafe { kernels: String },
     /// Ctrl-C (or SIGTERM) stopped the command; what finished was reported.
     #[error("interrupted")]
     Interrupted,

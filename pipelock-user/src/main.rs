@@ -17,6 +17,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // The report was printed; the conventional exit status for SIGINT.
         Err(Error::Interrupted) => ExitCode::from(130),
+        // Distinct from a failed run (1) and bad arguments (2).
+        Err(err @ Error::Unsafe { .. }) => {
+            eprintln!("pipelock: {}", one_line(&err));
+            ExitCode::from(3)
+        }
         Err(err) => {
             eprintln!("pipelock: error: {}", one_line(&err));
             ExitCode::FAILURE

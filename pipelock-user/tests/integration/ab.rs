@@ -187,7 +187,7 @@ fn ab_page_shows_both_kernels(json: &Path, report: &AbResult) -> Result<String> 
 
 /// Each failure is one line and exit 1, with no qemu left: a file that is
 /// not a kernel, a truncated kernel that cannot boot, a command that fails
-/// in the guest, a guest that never finishes (`--timeout`).
+/// in the guest, a command that never finishes (the guest's deadline).
 fn ab_failures_are_one_line_and_leave_no_qemu() -> Result<Outcome> {
     let Some((k61, k618)) = kernels() else {
         return Ok(Outcome::Skipped(
@@ -257,8 +257,10 @@ fn ab_failures_are_one_line_and_leave_no_qemu() -> Result<Outcome> {
                 "tcg",
                 "--runs",
                 "1",
+                // The guest gives up at its deadline, (150 - 60) × 3/4 s,
+                // asks the kernel for its blocked tasks and finds none.
                 "--timeout",
-                "45",
+                "150",
                 "--",
                 "trace",
                 "--mode",
@@ -267,7 +269,8 @@ fn ab_failures_are_one_line_and_leave_no_qemu() -> Result<Outcome> {
                 "sleep",
                 "100000",
             ],
-            "(A run 1/1): the guest did not finish within 45 s",
+            "(A run 1/1): the command did not finish within 67 s (the guest's deadline, from --timeout); the kernel \
+             lists no blocked task",
         ),
     ];
     let mut seen = Vec::new();
@@ -339,3 +342,82 @@ fn ab_preflight_refuses_a_kernel_without_btf() -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 register!(Host ab_preflight_refuses_a_kernel_without_btf);
+
+/// The measured boot's watcher, run on the host as a guest runs it (the
+/// sysrq trigger a scratch file): a command whose pipelock says a thread
+/// asked for a mutex it holds, and which never ends, is not waited for.
+/// Its `deadlock:` line, the kernel log and how long it ran come back at
+/// once, and `ab` reads them as an unsafe verdict naming the function and
+/// its caller. A command that prints nothing is given up on at the
+/// deadline, with no `deadlock:` line to show.
+fn ab_guest_stops_waiting_on_a_thread_that_asked_twice() -> Result<Outcome> {
+    use pipelock_user::cmd::ab::{guest::run_script_with, hang_of, read_console};
+    use std::os::unix::fs::PermissionsExt as _;
+    const LINE: &str = "pipelock: deadlock: paths(5/6) asked for the mutex of pipe:[9] (0x1) that it already \
+                        holds, in fcntl(), at pipe_set_size+0x5e <- pipe_fcntl+0x8d <- do_fcntl+0x4c2";
+    // Longer than either case may take: a watcher that waited for the
+    // command would show it.
+    const NEVER_ENDS: u64 = 20;
+    let bin = pipelock_path();
+    let tmp = scratch("stuck");
+    fs::create_dir_all(&tmp)?;
+    let dir = tmp.to_str().context("path")?.to_owned();
+    let sysrq = tmp.join("sysrq-trigger");
+    // The console's results by name, and how long the watcher took.
+    type Watched = (Vec<(String, Vec<u8>)>, f64);
+    let watch = |says: &str, deadline: u64| -> Result<Watched> {
+        let fake = tmp.join("pipelock");
+        fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\nif [ \"$1\" = ab-emit ]; then exec {bin} \"$@\"; fi\n{says}\nexec sleep {NEVER_ENDS}\n"
+            ),
+        )?;
+        fs::set_permissions(&fake, fs::Permissions::from_mode(0o755))?;
+        let nonce = "stucktest";
+        let script = run_script_with(
+            nonce,
+            &["run".to_owned(), "pipe-herd".to_owned()],
+            std::time::Duration::from_secs(deadline),
+            fake.to_str().context("path")?,
+            &dir,
+            sysrq.to_str().context("path")?,
+        );
+        let started = Instant::now();
+        let out = run(Command::new("sh")
+            .arg("-c")
+            .arg(format!("{script}\necho PIPELOCK-VM-RESULT {nonce} rc=$?")))?;
+        let took = started.elapsed().as_secs_f64();
+        let results = read_console(&text(&out.stdout), nonce, None).map_err(|e| anyhow::anyhow!(e))?;
+        Ok((results, took))
+    };
+    let (results, took) = watch(&format!("echo '{LINE}' >&2"), 600)?;
+    ensure!(
+        took < NEVER_ENDS as f64 / 2.0,
+        "the watcher took {took:.1} s to see the deadlock line"
+    );
+    let hang = hang_of(&results, 1).context("no hang came back from a command that asked twice")?;
+    ensure!(hang.asked_twice == [LINE], "asked twice: {:?}", hang.asked_twice);
+    ensure!(
+        fs::read_to_string(&sysrq)?.trim() == "w",
+        "sysrq was not asked for the blocked tasks"
+    );
+    let verdict = hang.verdict("B");
+    ensure!(
+        verdict.starts_with(
+            "B is unsafe: pipe_set_size() asks for the mutex of pipe:[9] that its thread already holds \
+             (called from pipe_fcntl())"
+        ),
+        "{verdict}"
+    );
+    let (results, took) = watch("true", 2)?;
+    let slow = hang_of(&results, 1).context("no hang came back from a command past its deadline")?;
+    ensure!(
+        slow.asked_twice.is_empty() && slow.after_s >= 2 && took < NEVER_ENDS as f64 / 2.0,
+        "past the deadline: {slow:?} after {took:.1} s"
+    );
+    let _ = fs::remove_dir_all(&tmp);
+    println!("  deadlock line seen after {took:.1} s: {verdict}");
+    Ok(Outcome::Passed)
+}
+register!(Host ab_guest_stops_waiting_on_a_thread_that_asked_twice);

@@ -4,6 +4,7 @@
 use std::{
     fs,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use pipelock_vm::{
@@ -146,17 +147,68 @@ fi"#
 }
 
 /// A measured boot: the command once, its JSON result (or its output, if
-/// it failed) framed on the console.
-pub fn run_script(nonce: &str, command: &[String]) -> String {
-    let args: Vec<String> = guest_command(command).iter().map(|a| quote(a)).collect();
-    format!(
-        r#"cd /tmp
-/pipelock {args} > /tmp/output 2>&1
-rc=$?
-if [ $rc = 0 ]; then /pipelock ab-emit {nonce} result {RESULT}; else echo "exit $rc" >> /tmp/output; /pipelock ab-emit {nonce} failed /tmp/output; fi"#,
-        args = args.join(" ")
+/// it failed) framed on the console. A command that stops making progress
+/// is not waited for until qemu's timeout: as soon as its pipelock says a
+/// thread asked for a mutex it holds, or after `deadline`, the guest asks
+/// the kernel for its blocked tasks (sysrq `w`) and sends them back with
+/// the `deadlock:` lines (`asked`, `blocked`, `stuck`).
+pub fn run_script(nonce: &str, command: &[String], deadline: Duration) -> String {
+    run_script_with(
+        nonce,
+        command,
+        deadline,
+        "/pipelock",
+        "/tmp",
+        "/proc/sysrq-trigger",
     )
 }
+
+/// [`run_script`] with pipelock at `bin`, scratch files in `tmp` and the
+/// sysrq trigger at `sysrq` (the integration test runs it on the host).
+pub fn run_script_with(
+    nonce: &str,
+    command: &[String],
+    deadline: Duration,
+    bin: &str,
+    tmp: &str,
+    sysrq: &str,
+) -> String {
+    let args: Vec<String> = guest_command(command).iter().map(|a| quote(a)).collect();
+    let deadline = deadline.as_secs().max(1);
+    let asked = ASKED_TWICE;
+    format!(
+        r#"cd {tmp}
+{bin} {args} > {tmp}/output 2>&1 &
+pid=$!
+waited=0
+stuck=""
+while kill -0 $pid 2>/dev/null; do
+  if grep -q '{asked}' {tmp}/output; then stuck=asked; break; fi
+  if [ $waited -ge {deadline} ]; then stuck=deadline; break; fi
+  sleep 1
+  waited=$((waited + 1))
+done
+if [ -n "$stuck" ]; then
+  grep '{asked}' {tmp}/output > {tmp}/asked
+  echo w > {sysrq}
+  sleep 1
+  dmesg > {tmp}/blocked 2>&1
+  echo "$waited" > {tmp}/stuck
+  {bin} ab-emit {nonce} asked {tmp}/asked
+  {bin} ab-emit {nonce} blocked {tmp}/blocked
+  {bin} ab-emit {nonce} stuck {tmp}/stuck
+else
+  wait $pid
+  rc=$?
+  if [ $rc = 0 ]; then {bin} ab-emit {nonce} result {RESULT}; else echo "exit $rc" >> {tmp}/output; {bin} ab-emit {nonce} failed {tmp}/output; fi
+fi"#,
+        args = args.join(" "),
+    )
+}
+
+/// What pipelock prints on stderr the moment a thread asks for a mutex it
+/// already holds (see `AskedTwice::line`).
+pub const ASKED_TWICE: &str = "pipelock: deadlock: ";
 
 /// The initramfs of one boot: this binary and its libraries, `script`.
 pub fn write_image(dest: &Path, nonce: &str, script: &str) -> Result<(), Error> {

@@ -23,7 +23,7 @@ pub use self::{
 use crate::{
     Error,
     model::{
-        AbResult, CommandResult, FormatVersion, KernelRuns,
+        AbResult, CommandResult, FormatVersion, Hang, KernelRuns,
         judge::{self, Figures, Names},
     },
     output::Outputs,
@@ -257,6 +257,7 @@ pub fn run(options: Options) -> Result<(), Error> {
             ""
         }
     );
+    let deadline = stuck_deadline(options.timeout);
     let measured = (|| -> Result<[KernelRuns; 2], Error> {
         let mut sides = Vec::with_capacity(2);
         for (kernel, side) in kernels.iter().zip(["A", "B"]) {
@@ -275,18 +276,37 @@ pub fn run(options: Options) -> Result<(), Error> {
                 image: kernel.image.clone(),
                 release,
                 runs: Vec::new(),
+                hang: None,
             });
         }
         for run in 1..=options.runs {
             for (at, kernel) in kernels.iter().enumerate() {
+                if sides[at].hang.is_some() {
+                    // A kernel that hung once is not booted again.
+                    continue;
+                }
                 let label = format!("{} run {run}/{}", ["A", "B"][at], options.runs);
                 eprintln!("pipelock ab: {label} on {}", sides[at].release);
-                let results =
-                    guest.boot(kernel, &label, |nonce| guest::run_script(nonce, &options.command))?;
+                let results = guest.boot(kernel, &label, |nonce| {
+                    guest::run_script(nonce, &options.command, deadline)
+                })?;
                 let failed = |reason: String| Error::Guest {
                     kernel: format!("{} ({label})", kernel.spec),
                     reason,
                 };
+                if let Some(hang) = hang_of(&results, run) {
+                    if !hang.is_unsafe() {
+                        // Slow, not stuck: a failed run, as at --timeout.
+                        return Err(failed(format!(
+                            "the command did not finish within {} s (the guest's deadline, from --timeout); \
+                             the kernel lists no blocked task",
+                            hang.after_s
+                        )));
+                    }
+                    eprintln!("pipelock ab: {}", hang.verdict(["A", "B"][at]));
+                    sides[at].hang = Some(hang);
+                    continue;
+                }
                 let (_, json) = results
                     .iter()
                     .find(|(name, _)| name == "result")
@@ -319,7 +339,12 @@ pub fn run(options: Options) -> Result<(), Error> {
             .collect()
     };
     let names = a.runs.first().map(Names::of).unwrap_or_default();
-    let rows = judge::compare(&figures(&a)?, &figures(&b)?, &names, options.detect_percent);
+    // A side with no finished run has nothing to compare.
+    let rows = if a.runs.is_empty() || b.runs.is_empty() {
+        Vec::new()
+    } else {
+        judge::compare(&figures(&a)?, &figures(&b)?, &names, options.detect_percent)
+    };
     println!(
         "pipelock ab: {} — {} run(s) per kernel, accel {}{}",
         options.command.join(" "),
@@ -332,7 +357,28 @@ pub fn run(options: Options) -> Result<(), Error> {
         }
     );
     println!("A: {} ({})\nB: {} ({})\n", a.release, a.spec, b.release, b.spec);
-    print!("{}", table(&a.release, &b.release, &rows, options.detect_percent));
+    if rows.is_empty() {
+        for (side, runs) in [("A", &a), ("B", &b)] {
+            if runs.runs.is_empty() {
+                println!("{side}: no run finished: nothing to compare");
+            }
+        }
+    } else {
+        print!("{}", table(&a.release, &b.release, &rows, options.detect_percent));
+    }
+    let mut unsafe_sides = Vec::new();
+    for (side, runs) in [("A", &a), ("B", &b)] {
+        if let Some(hang) = &runs.hang {
+            println!("\n{}", hang.verdict(side));
+            for line in &hang.asked_twice {
+                println!("  {}", line.trim());
+            }
+            for line in blocked_report(&hang.blocked) {
+                println!("  {line}");
+            }
+            unsafe_sides.push(side);
+        }
+    }
     let report = AbResult {
         format: FormatVersion,
         command: options.command.clone(),
@@ -342,7 +388,54 @@ pub fn run(options: Options) -> Result<(), Error> {
         kernels: [a, b],
         table: rows,
     };
-    outputs.write_with(|_| serde_json::to_vec_pretty(&report).map_err(std::io::Error::other))
+    outputs.write_with(|_| serde_json::to_vec_pretty(&report).map_err(std::io::Error::other))?;
+    if unsafe_sides.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Unsafe {
+            kernels: unsafe_sides.join(" and "),
+        })
+    }
+}
+
+/// How long a guest's command may run before the guest gives up on it and
+/// reports its blocked tasks: well before qemu's `--timeout` (boot and the
+/// report must still fit), at least a minute.
+fn stuck_deadline(timeout: Duration) -> Duration {
+    (timeout.saturating_sub(Duration::from_secs(60)) * 3 / 4).max(Duration::from_secs(60))
+}
+
+/// The hang a guest reported, if its command stopped making progress.
+pub fn hang_of(results: &[(String, Vec<u8>)], run: u32) -> Option<Hang> {
+    let text = |name: &str| {
+        results
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, data)| String::from_utf8_lossy(data).into_owned())
+    };
+    let after_s = text("stuck")?.trim().parse().unwrap_or(0);
+    Some(Hang {
+        run,
+        after_s,
+        asked_twice: text("asked")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(guest::ASKED_TWICE))
+            .map(str::to_owned)
+            .collect(),
+        blocked: blocked_report(&text("blocked").unwrap_or_default()).join("\n"),
+    })
+}
+
+/// The kernel log's last blocked-task report (sysrq `w`), from its
+/// header on; the boot messages before it are left out.
+fn blocked_report(log: &str) -> Vec<&str> {
+    let lines: Vec<&str> = log.lines().collect();
+    let from = lines
+        .iter()
+        .rposition(|l| l.contains("Show Blocked State"))
+        .unwrap_or(lines.len());
+    lines[from..].to_vec()
 }
 
 #[cfg(test)]
@@ -362,5 +455,34 @@ mod tests {
             "the guest stopped without its result; its last line: Probing EDD (edd=off to disable)... ok"
         );
         assert!(boot_failure("\u{1b}[2J\n\n", false, timeout).contains("not a bootable kernel"));
+    }
+
+    #[test]
+    fn a_stuck_guest_is_read_as_its_hang() {
+        let frame = |name: &str, text: &str| (name.to_owned(), text.as_bytes().to_vec());
+        let log = "[    0.0] Linux version 6.1\n[   40.1] sysrq: Show Blocked State\n\
+                   [   40.1] task:paths state:D stack:0 pid:413\n";
+        let results = [
+            frame(
+                "asked",
+                "pipelock: deadlock: paths(412/413) asked for the mutex of pipe:[9] (0x1) that it already holds\n",
+            ),
+            frame("blocked", log),
+            frame("stuck", "3\n"),
+        ];
+        let hang = hang_of(&results, 2).unwrap();
+        assert_eq!((hang.run, hang.after_s, hang.asked_twice.len()), (2, 3, 1));
+        assert!(
+            hang.blocked.starts_with("[   40.1] sysrq: Show Blocked State"),
+            "{}",
+            hang.blocked
+        );
+        assert!(!hang.blocked.contains("Linux version"));
+        assert!(
+            hang_of(&results[..2], 2).is_none(),
+            "no `stuck`: the command ended"
+        );
+        assert_eq!(stuck_deadline(Duration::from_secs(600)), Duration::from_secs(405));
+        assert_eq!(stuck_deadline(Duration::from_secs(45)), Duration::from_secs(60));
     }
 }
