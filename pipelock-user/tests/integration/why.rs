@@ -171,17 +171,24 @@ fn faulting_round(
     page.wait_for_fault()?;
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let writers: Vec<_> = (0..2)
-        .map(|_| {
+        .map(|writer| {
             let tid_tx = tid_tx.clone();
             std::thread::spawn(move || -> Result<Duration> {
-                tid_tx.send(thread_id())?;
+                tid_tx.send((writer, thread_id()))?;
                 let called = Instant::now();
                 write_all(write_fd, [b'w'; PAGE].as_ptr(), PAGE)?;
                 Ok(called.elapsed())
             })
         })
         .collect();
-    let tids = [tid_rx.recv()?, tid_rx.recv()?];
+    // By writer, not by arrival: a writer's bounds pair the moment it was
+    // seen blocked with its own call (the second writer to start may be
+    // the first to say its id).
+    let mut tids = [0; 2];
+    for _ in 0..2 {
+        let (writer, tid) = tid_rx.recv()?;
+        tids[writer] = tid;
+    }
     // The known answer (two waits a round, each as long as the fault) holds
     // only once both writers wait: on a busy machine a writer can start
     // after a short fault is over and never wait at all.
