@@ -373,7 +373,8 @@ pub fn run(options: Options) -> Result<(), Error> {
             for line in &hang.asked_twice {
                 println!("  {}", line.trim());
             }
-            for line in blocked_report(&hang.blocked) {
+            // `hang_of` kept only the blocked-task report.
+            for line in hang.blocked.lines() {
                 println!("  {line}");
             }
             unsafe_sides.push(side);
