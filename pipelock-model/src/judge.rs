@@ -12,7 +12,7 @@ use pipelock_common::{Histogram, loglinear};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    CommandResult, Counters, LockClass, Metric, Run, RunResult, Timing, TraceReport,
+    CommandResult, Counters, LockClass, Metric, Run, RunResult, Timing, TraceReport, skips,
     stats::{Difference, Summary, runs_needed, welch_t_test},
     timing::merge,
 };
@@ -95,6 +95,13 @@ pub enum Measure {
     BusiestLockWait(Statistic),
     /// % of the wait whose owner was watched.
     OwnersShare(OwnerState),
+    /// The workload's operations in the run: with [`Self::SkippedOnPath`],
+    /// how far a count per operation may fall short. Not a row.
+    Operations,
+    /// Runs of pipelock's programs the kernel skipped on the class's path
+    /// ([`crate::skips`]): each can lose one of its events, so a run that
+    /// skipped some gives a count that is a lower bound. Not a row.
+    SkippedOnPath,
 }
 
 impl Measure {
@@ -105,6 +112,11 @@ impl Measure {
             self,
             Self::AcquisitionsPerOperation | Self::ContentionsPerOperation
         )
+    }
+
+    /// What the judge reads to weigh other figures, not a row of its own.
+    pub fn is_shown(self) -> bool {
+        !matches!(self, Self::Operations | Self::SkippedOnPath)
     }
 }
 
@@ -151,6 +163,8 @@ impl Figure {
             Measure::Hold(s) => format!("hold {} (ns)", s.name()),
             Measure::BusiestLockWait(s) => format!("busiest lock wait {} (ns)", s.name()),
             Measure::OwnersShare(state) => format!("owners {} (% of wait)", state.name()),
+            Measure::Operations => format!("{operation}s"),
+            Measure::SkippedOnPath => "runs of pipelock's programs skipped on its path".to_owned(),
         };
         let whose = match self.subject {
             Subject::Class(class) => Some(class.name()),
@@ -294,6 +308,9 @@ fn timing_figures(
 /// and the owners' split.
 pub fn lock_figures(trace: &TraceReport, operations: Option<u64>) -> Figures {
     let mut out = Figures::new();
+    if let Some(ops) = operations {
+        out.insert(Figure::workload(Measure::Operations), ops as f64);
+    }
     let mut classes: BTreeMap<LockClass, Vec<&crate::LockRow>> = BTreeMap::new();
     for row in &trace.locks {
         if let Some(class) = row.class {
@@ -304,6 +321,11 @@ pub fn lock_figures(trace: &TraceReport, operations: Option<u64>) -> Figures {
         let hooked = rows.iter().any(|r| r.acquisitions.is_some());
         let acquisitions: u64 = rows.iter().filter_map(|r| r.acquisitions).sum();
         let contentions: u64 = rows.iter().map(|r| r.contentions).sum();
+        let skipped: u64 = skips::skipped_on_path(&trace.programs, class)
+            .iter()
+            .map(|(_, n)| n)
+            .sum();
+        out.insert(Figure::class(class, Measure::SkippedOnPath), skipped as f64);
         let (per, divisor) = match operations {
             Some(ops) => (
                 [
@@ -375,7 +397,9 @@ pub struct Row {
     /// change of at least [`SMALLEST_CHANGE`] %; for exact rows, apart.
     pub significant: bool,
     /// A count per operation that every run of each side gave alike (to
-    /// two decimals): compared as numbers, not as means with noise.
+    /// two decimals), apart from runs short of it by no more events than
+    /// their path's programs skipped ([`Self::lower_bounds`]): compared as
+    /// numbers, not as means with noise.
     pub exact: bool,
     /// The change's confidence interval and the smallest change these
     /// runs detect; None for exact rows and with fewer than two runs.
@@ -383,12 +407,105 @@ pub struct Row {
     /// Runs per kernel that would detect the change asked about
     /// (`--detect`), when these runs cannot.
     pub runs_needed: Option<usize>,
+    /// Runs whose count is a lower bound (counts per operation only): an
+    /// exact row leaves those that fell short out, and its value is the
+    /// other runs'.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lower_bounds: Vec<LowerBound>,
 }
 
 /// Every value the same to two decimals.
 fn alike(values: &[f64]) -> bool {
     let rounded = |v: f64| (v * 100.0).round();
     values.iter().all(|v| rounded(*v) == rounded(values[0]))
+}
+
+/// Kernel A or B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Side {
+    A,
+    B,
+}
+
+/// A run whose count per operation is a lower bound: the kernel skipped
+/// runs of pipelock's programs on its class's path, each of which can
+/// lose one event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LowerBound {
+    pub side: Side,
+    /// 1-based, in the order of the side's runs.
+    pub run: usize,
+    pub value: f64,
+    /// The runs skipped on the path in that run.
+    pub skipped: u64,
+}
+
+/// The runs of the path of `figure`'s class that `run` skipped.
+fn skipped_in(run: &Figures, figure: Figure) -> u64 {
+    match figure.subject {
+        Subject::Class(class) => run
+            .get(&Figure::class(class, Measure::SkippedOnPath))
+            .map_or(0, |&n| n as u64),
+        Subject::Workload => 0,
+    }
+}
+
+/// A side's runs of a count per operation, as lower bounds where their
+/// path skipped runs: the value every run that skipped none gave alike
+/// (with those that skipped some but agree), and the runs that fell short
+/// of it by no more events than they skipped. None where the runs disagree
+/// otherwise, or where every run fell short: then the count is judged
+/// like any noisy figure.
+fn exact_count(side: Side, runs: &[Figures], figure: Figure) -> Option<(Vec<f64>, Vec<LowerBound>)> {
+    let rounded = |v: f64| (v * 100.0).round();
+    let (whole, skipping): (Vec<_>, Vec<_>) = runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| (i, run[&figure], skipped_in(run, figure), run))
+        .partition(|(_, _, skipped, _)| *skipped == 0);
+    let mut exact: Vec<f64> = whole.iter().map(|(_, v, _, _)| *v).collect();
+    if exact.is_empty() || !alike(&exact) {
+        return None;
+    }
+    let least = exact.iter().copied().fold(f64::INFINITY, f64::min);
+    let mut short = Vec::new();
+    for (i, value, skipped, run) in skipping {
+        if rounded(value) == rounded(exact[0]) {
+            exact.push(value);
+            continue;
+        }
+        let operations = run
+            .get(&Figure::workload(Measure::Operations))
+            .copied()
+            .unwrap_or(1.0);
+        let lost = (least - value) * operations;
+        if value > least || lost > skipped as f64 + 0.5 {
+            return None;
+        }
+        short.push(LowerBound {
+            side,
+            run: i + 1,
+            value,
+            skipped,
+        });
+    }
+    Some((exact, short))
+}
+
+/// Every run of a side whose path skipped runs, as a lower bound.
+fn lower_bounds(side: Side, runs: &[Figures], figure: Figure) -> Vec<LowerBound> {
+    runs.iter()
+        .enumerate()
+        .filter_map(|(i, run)| {
+            let skipped = skipped_in(run, figure);
+            (skipped > 0).then(|| LowerBound {
+                side,
+                run: i + 1,
+                value: run[&figure],
+                skipped,
+            })
+        })
+        .collect()
 }
 
 /// One row per figure every run of both sides has, in the order of
@@ -399,11 +516,28 @@ pub fn compare(a: &[Figures], b: &[Figures], names: &Names, detect_percent: f64)
     };
     first
         .keys()
+        .filter(|figure| figure.measure.is_shown())
         .filter(|figure| a.iter().chain(b).all(|run| run.contains_key(*figure)))
         .filter_map(|&figure| {
             let va: Vec<f64> = a.iter().map(|run| run[&figure]).collect();
             let vb: Vec<f64> = b.iter().map(|run| run[&figure]).collect();
-            let (sa, sb) = (Summary::of(&va)?, Summary::of(&vb)?);
+            let counted = figure.measure.is_count_per_operation();
+            let exact_sides = counted
+                .then(|| Some((exact_count(Side::A, a, figure)?, exact_count(Side::B, b, figure)?)))
+                .flatten();
+            let exact = exact_sides.is_some();
+            let (sa, sb, lower_bounds) = match exact_sides {
+                Some(((ea, la), (eb, lb))) => (Summary::of(&ea)?, Summary::of(&eb)?, [la, lb].concat()),
+                None => (
+                    Summary::of(&va)?,
+                    Summary::of(&vb)?,
+                    if counted {
+                        [lower_bounds(Side::A, a, figure), lower_bounds(Side::B, b, figure)].concat()
+                    } else {
+                        Vec::new()
+                    },
+                ),
+            };
             let p_value = welch_t_test(&va, &vb).map(|(_, _, p)| p);
             let constant_and_different =
                 sa.n >= 2 && sb.n >= 2 && sa.stddev == 0.0 && sb.stddev == 0.0 && sa.mean != sb.mean;
@@ -412,7 +546,6 @@ pub fn compare(a: &[Figures], b: &[Figures], names: &Names, detect_percent: f64)
             } else {
                 100.0 * (sb.mean - sa.mean) / sa.mean
             };
-            let exact = figure.measure.is_count_per_operation() && alike(&va) && alike(&vb);
             let significant = if exact {
                 (sa.mean * 100.0).round() != (sb.mean * 100.0).round()
             } else {
@@ -434,6 +567,7 @@ pub fn compare(a: &[Figures], b: &[Figures], names: &Names, detect_percent: f64)
                 p_value,
                 a: sa,
                 b: sb,
+                lower_bounds,
             })
         })
         .collect()

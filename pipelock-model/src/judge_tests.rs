@@ -246,3 +246,85 @@ fn run_figures_are_the_headline_and_the_counters() {
     let locks = run_lock_figures(&traced).unwrap();
     assert_eq!(locks[&figure(MUTEX, Measure::AcquisitionsPerOperation)], 2.0);
 }
+
+/// `throughput_run`'s trace with the pipe mutex `lost` acquisitions short,
+/// and `skipped` runs of `mutex_lock_entry` (on the mutex's path) and
+/// `others` of a spinlock program (not on it).
+fn short_run(pairs: u64, lost: u64, skipped: u64, others: u64) -> Figures {
+    let CommandResult::Run(mut result) = throughput_run(pairs, 3, 5e5) else {
+        unreachable!()
+    };
+    let trace = result.trace.as_mut().unwrap();
+    trace.locks[0].acquisitions = Some(2 * pairs - lost);
+    let program = |name: &str, misses: u64| crate::ProgramStats {
+        name: name.to_owned(),
+        run_count: 4 * pairs,
+        run_time_ns: 1,
+        recursion_misses: misses,
+    };
+    trace.programs = vec![
+        program("mutex_lock_entry", skipped),
+        program("spin_lock_irq_exit", others),
+    ];
+    figures(&CommandResult::Run(result)).unwrap()
+}
+
+/// A run short of the others by no more acquisitions than its mutex path
+/// skipped is a lower bound: the row stays exact, judged on the others,
+/// and names that run. Short by more, or with the skips on another path,
+/// the count is noise again; so is a side whose every run skipped.
+#[test]
+fn a_count_short_by_its_paths_skipped_runs_is_a_lower_bound() {
+    let names = Names::of(&throughput_run(1, 1, 1.0));
+    let mutex = figure(MUTEX, Measure::AcquisitionsPerOperation);
+    let row = |a: &[Figures], b: &[Figures]| {
+        compare(a, b, &names, 5.0)
+            .into_iter()
+            .find(|r| r.figure == mutex)
+            .unwrap()
+    };
+    let b = [short_run(10_000, 0, 0, 0), short_run(12_000, 0, 0, 0)];
+    let whole = short_run(11_000, 0, 0, 9);
+    // 100 of 20 000 lost (1.99 per pair) with 140 skipped.
+    let allowed = row(&[whole.clone(), short_run(10_000, 100, 140, 0)], &b);
+    assert!(allowed.exact && !allowed.significant, "{allowed:?}");
+    assert_eq!((allowed.a.mean, allowed.a.n), (2.0, 1));
+    assert_eq!(
+        allowed.lower_bounds,
+        vec![LowerBound {
+            side: Side::A,
+            run: 2,
+            value: 1.99,
+            skipped: 140
+        }]
+    );
+    // The same loss with 60 skipped on the path and 900 elsewhere.
+    let beyond = row(&[whole.clone(), short_run(10_000, 100, 60, 900)], &b);
+    assert!(!beyond.exact, "{beyond:?}");
+    assert_eq!(beyond.lower_bounds.len(), 1, "{beyond:?}");
+    let elsewhere = row(&[whole.clone(), short_run(10_000, 100, 0, 900)], &b);
+    assert!(
+        !elsewhere.exact && elsewhere.lower_bounds.is_empty(),
+        "{elsewhere:?}"
+    );
+    // A run that skipped some but lost none counts as whole.
+    let lossless = row(&[whole.clone(), short_run(10_000, 0, 140, 0)], &b);
+    assert!(
+        lossless.exact && lossless.lower_bounds.is_empty() && lossless.a.n == 2,
+        "{lossless:?}"
+    );
+    let all_short = row(
+        &[short_run(10_000, 100, 140, 0), short_run(10_000, 50, 140, 0)],
+        &b,
+    );
+    assert!(
+        !all_short.exact && all_short.lower_bounds.len() == 2,
+        "{all_short:?}"
+    );
+    assert!(
+        compare(&[whole], &b, &names, 5.0)
+            .iter()
+            .all(|r| r.figure.measure.is_shown()),
+        "operations and skipped runs are read, not shown"
+    );
+}

@@ -16,6 +16,7 @@ pub mod notes;
 pub mod owners;
 pub mod report;
 pub mod run_result;
+pub mod skips;
 pub mod stats;
 pub mod timing;
 pub mod view;

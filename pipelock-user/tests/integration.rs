@@ -572,15 +572,18 @@ fn perf_lost(perf: &str, data: &Path) -> Result<bool> {
         .any(|l| l.trim_start().starts_with("LOST") && !l.trim_end().ends_with(" 0")))
 }
 
-/// None where perf lost events (the comparison would be void).
+/// The pipe locks compared; Err(why) where the comparison would be void:
+/// perf lost events, or it saw no contention in pipe read/write at all
+/// (the herd never had two members at a pipe at once, which a machine
+/// busy with something else need not allow: nothing to compare).
 fn compare_with_perf(
     perf: &str,
     data: &Path,
     report: &pipelock_user::model::TraceReport,
-) -> Result<Option<usize>> {
+) -> Result<std::result::Result<usize, &'static str>> {
     if perf_lost(perf, data)? {
         let _ = fs::remove_file(data);
-        return Ok(None);
+        return Ok(Err("perf lost events (its ring overflowed)"));
     }
     let data_arg = data.to_str().context("non-UTF-8 temp path")?;
     let script = run(Command::new(perf).args(["script", "-i", data_arg, "-F", "event,trace,ip,sym"]))?;
@@ -617,7 +620,9 @@ fn compare_with_perf(
             elsewhere += 1;
         }
     }
-    ensure!(records > 0, "perf recorded no contention_end with a call chain");
+    if perf_ends.is_empty() {
+        return Ok(Err("perf saw no contention in pipe read/write"));
+    }
     let mut ours: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
     for row in &report.locks {
         if !row.class.is_some_and(|c| c.name().starts_with("pipe-")) {
@@ -633,9 +638,27 @@ fn compare_with_perf(
             "{addr:#x}: pipelock {ours} vs perf {theirs} contention_end events"
         );
     }
-    ensure!(!ours.is_empty(), "no pipe lock to compare: {}", shown(report));
+    if ours.is_empty() {
+        // Contention only at other locks inside pipe calls (the scheduler's):
+        // void if pipelock has a row for each address perf saw.
+        let named: std::collections::BTreeSet<u64> = report.locks.iter().map(|r| r.lock_addr).collect();
+        let unseen: Vec<String> = perf_ends
+            .keys()
+            .filter(|addr| !named.contains(addr))
+            .map(|addr| format!("{addr:#x}"))
+            .collect();
+        ensure!(
+            unseen.is_empty(),
+            "no pipe lock to compare, and perf saw contention in pipe read/write at {unseen:?}, which \
+             pipelock has no row for: {}",
+            shown(report)
+        );
+        return Ok(Err(
+            "no pipe lock contended (perf saw only the other locks pipelock reports)",
+        ));
+    }
     println!("  perf: {elsewhere} of {records} contention_end events outside pipe read/write, not compared");
-    Ok(Some(ours.len()))
+    Ok(Ok(ours.len()))
 }
 
 /// The kernel's pipe read/write entry points, all versions.

@@ -4,7 +4,7 @@
 //! own figure in words, and `compare`'s headline table with Welch's p.
 use crate::model::{
     Metric,
-    judge::{ALPHA, Row, SMALLEST_CHANGE, Subject},
+    judge::{ALPHA, LowerBound, Row, SMALLEST_CHANGE, Side, Subject},
     stats::{POWER, Summary, format_value},
 };
 
@@ -33,8 +33,10 @@ pub fn table(a_name: &str, b_name: &str, rows: &[Row], detect_percent: f64) -> S
         "metric".to_owned(),
     ]);
     for row in rows {
-        let spread = |s: &Summary| {
-            if row.exact {
+        let spread = |s: &Summary, side: Side| {
+            if row.exact && row.lower_bounds.iter().any(|l| l.side == side) {
+                "exact†".to_owned()
+            } else if row.exact {
                 "exact".to_owned()
             } else {
                 format!("± {:.1}%", s.cv_percent())
@@ -50,12 +52,12 @@ pub fn table(a_name: &str, b_name: &str, rows: &[Row], detect_percent: f64) -> S
         };
         table.add_row(vec![
             value(row.a.mean),
-            spread(&row.a),
+            spread(&row.a, Side::A),
             format!("{:+.1}%", row.change_percent),
             if row.significant { "*" } else { "" }.to_owned(),
             ci,
             value(row.b.mean),
-            spread(&row.b),
+            spread(&row.b, Side::B),
             detects,
             row.metric.clone(),
         ]);
@@ -67,8 +69,40 @@ pub fn table(a_name: &str, b_name: &str, rows: &[Row], detect_percent: f64) -> S
          (5 % test, {:.0} % power)\n",
         POWER * 100.0
     );
+    text.push_str(&lower_bound_notes(rows));
     text.push_str(&verdicts(rows, detect_percent));
     text
+}
+
+/// A line per side of a count row with runs whose count is a lower bound:
+/// which runs, what they gave, and the skipped runs that allow it.
+fn lower_bound_notes(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for row in rows {
+        for side in [Side::A, Side::B] {
+            let runs: Vec<&LowerBound> = row.lower_bounds.iter().filter(|l| l.side == side).collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let each: Vec<String> = runs
+                .iter()
+                .map(|l| format!("run {} gave {} with {} skipped", l.run, value(l.value), l.skipped))
+                .collect();
+            let judged = if row.exact {
+                "; judged on the runs that agree"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "{}{}: {side:?}'s {} (runs of pipelock's programs the kernel skipped on its path, each of which can \
+                 lose one event: a lower bound){judged}\n",
+                if row.exact { "† " } else { "" },
+                row.metric,
+                each.join(", ")
+            ));
+        }
+    }
+    out
 }
 
 /// What the runs can tell about the workload's own figures, in words.
@@ -147,4 +181,74 @@ pub fn headline_table(
         rows.first().map_or(0, |r| r.a.n),
         rows.first().map_or(0, |r| r.b.n),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        LockClass,
+        judge::{Figure, Figures, Measure, Names, compare},
+    };
+
+    /// A run of `pairs` write+read pairs, the pipe mutex taken `per_pair`
+    /// times a pair, with `skipped` runs skipped on its path.
+    fn run(per_pair: f64, skipped: u64) -> Figures {
+        let class = |measure| Figure {
+            subject: Subject::Class(LockClass::PipeMutex),
+            measure,
+        };
+        Figures::from([
+            (class(Measure::AcquisitionsPerOperation), per_pair),
+            (class(Measure::SkippedOnPath), skipped as f64),
+            (
+                Figure {
+                    subject: Subject::Workload,
+                    measure: Measure::Operations,
+                },
+                10_000.0,
+            ),
+        ])
+    }
+
+    #[test]
+    fn a_run_short_by_its_skips_is_named_under_the_table() {
+        let names = Names {
+            operation: Some("write+read pair".to_owned()),
+            ..Names::default()
+        };
+        let rows = compare(
+            &[run(2.0, 0), run(1.99, 140)],
+            &[run(2.0, 0), run(2.0, 0)],
+            &names,
+            5.0,
+        );
+        let text = table("6.1", "6.1", &rows, 5.0);
+        let line = text
+            .lines()
+            .find(|l| {
+                l.trim_end()
+                    .ends_with("pipe-mutex acquisitions per write+read pair")
+            })
+            .unwrap();
+        assert!(
+            line.contains("exact†") && line.matches("exact").count() == 3,
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "† pipe-mutex acquisitions per write+read pair: A's run 2 gave 1.99 with 140 skipped (runs of \
+                 pipelock's programs the kernel skipped on its path, each of which can lose one event: a lower \
+                 bound); judged on the runs that agree"
+            ),
+            "{text}"
+        );
+        let whole = table(
+            "6.1",
+            "6.1",
+            &compare(&[run(2.0, 0)], &[run(2.0, 0)], &names, 5.0),
+            5.0,
+        );
+        assert!(!whole.contains('†'), "{whole}");
+    }
 }

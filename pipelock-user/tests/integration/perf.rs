@@ -41,7 +41,7 @@ fn trace_counts_agree_with_perf_lock() -> Result<Outcome> {
         );
         let report = parse_report(&text_json?)?;
         match compare_with_perf(perf, &data, &report) {
-            Ok(Some(compared)) => {
+            Ok(Ok(compared)) => {
                 println!("  compared {compared} pipe lock(s) with perf lock record");
                 return Ok(Outcome::Passed);
             }
@@ -54,21 +54,25 @@ fn trace_counts_agree_with_perf_lock() -> Result<Outcome> {
 /// The attempts of a comparison with perf that did not pass.
 #[derive(Default)]
 struct Tries {
-    void: usize,
+    void: Vec<&'static str>,
     disagreed: Option<String>,
 }
 
 impl Tries {
-    /// A void run (perf lost events) or a first disagreement is noted; a
-    /// second disagreement fails.
-    fn record(&mut self, attempt: usize, outcome: Result<Option<usize>>) -> Result<()> {
+    /// A void run (perf lost events, or saw no contention) or a first
+    /// disagreement is noted; a second disagreement fails.
+    fn record(
+        &mut self,
+        attempt: usize,
+        outcome: Result<std::result::Result<usize, &'static str>>,
+    ) -> Result<()> {
         match outcome {
-            Ok(_) => {
-                self.void += 1;
-                println!(
-                    "  attempt {attempt}: perf lost events (its ring overflowed): void, measuring again"
-                );
+            Ok(Err(void)) => {
+                self.void.push(void);
+                println!("  attempt {attempt}: {void}: void, measuring again");
             }
+            // A comparison that passed ends the test at its caller.
+            Ok(Ok(_)) => {}
             Err(err) if self.disagreed.is_none() => {
                 println!("  attempt {attempt} disagreed ({err:#}); measuring again");
                 self.disagreed = Some(format!("{err:#}"));
@@ -81,8 +85,9 @@ impl Tries {
     /// Every attempt void or disagreeing once: nothing was compared.
     fn skipped(&self) -> Outcome {
         Outcome::Skipped(format!(
-            "perf lost events in {} of 3 runs (nothing to compare against){}",
-            self.void,
+            "nothing to compare against in {} of 3 runs ({}){}",
+            self.void.len(),
+            self.void.join("; "),
             self.disagreed
                 .as_ref()
                 .map_or_else(String::new, |d| format!("; the one compared run disagreed: {d}"))
@@ -142,7 +147,7 @@ fn run_trace_counts_agree_with_perf_lock() -> Result<Outcome> {
             "the herd took {elapsed:?}: fewer than two drains"
         );
         match compare_with_perf(perf, &data, trace) {
-            Ok(Some(compared)) => {
+            Ok(Ok(compared)) => {
                 println!(
                     "  compared {compared} pipe lock(s) over {:.1} s with perf lock record",
                     elapsed.as_secs_f64()

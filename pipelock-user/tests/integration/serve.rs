@@ -502,8 +502,9 @@ fn prometheus_binaries() -> Option<(&'static str, &'static str)> {
 }
 
 /// A real Prometheus (Debian's 2.42) scrapes the exporter every second while
-/// a herd runs; its API must give the pipe-mutex contentions the exporter
-/// itself reports, and `histogram_quantile(0.99, …)` of the wait buckets a
+/// pipe-mutex waits are made ([`why::contend`]); its API must give
+/// the pipe-mutex contentions the exporter itself reports (at least those
+/// made), and `histogram_quantile(0.99, …)` of the wait buckets a
 /// value inside the bucket that holds the exporter's own 99th percentile.
 /// `promtool check metrics` must accept a scrape.
 fn a_real_prometheus_scrapes_the_exporter() -> Result<Outcome> {
@@ -559,8 +560,7 @@ fn a_real_prometheus_scrapes_the_exporter() -> Result<Outcome> {
         ensure!(Instant::now() < deadline, "prometheus never scraped the exporter");
         std::thread::sleep(Duration::from_millis(250));
     }
-    let herd = run(pipelock().args(["run", "pipe-herd", "--limit", "300000", "-q"]))?;
-    ensure!(herd.status.success(), "herd: {}", text(&herd.stderr));
+    let (_, made) = why::contend(50, 1)?;
     // A collection, then a scrape after it.
     std::thread::sleep(Duration::from_millis(3000));
     let ours = samples(&http_get(serve.port, "/metrics", None)?.2);
@@ -570,10 +570,10 @@ fn a_real_prometheus_scrapes_the_exporter() -> Result<Outcome> {
         .context("no pipe-mutex contentions in the scrape")?;
     let theirs = query("sum(pipelock_lock_contentions_total{class=\"pipe_mutex\"})")?
         .context("prometheus has no pipe-mutex contentions")?;
-    // Both read after the herd ended: only the idle system moves them apart.
+    // Both read after the waits were made: only the idle system moves them apart.
     ensure!(
-        theirs > 0.0 && (theirs - contentions).abs() <= (contentions * 0.01).max(50.0),
-        "pipe-mutex contentions: prometheus {theirs}, the exporter {contentions}"
+        contentions >= made as f64 && (theirs - contentions).abs() <= (contentions * 0.01).max(50.0),
+        "pipe-mutex contentions: prometheus {theirs}, the exporter {contentions}; {made} were made"
     );
     let p99 = query(
         "histogram_quantile(0.99, sum by (le) (rate(pipelock_lock_wait_seconds_bucket{class=\"pipe_mutex\"}[1m])))",
@@ -606,8 +606,8 @@ register!(Host a_real_prometheus_scrapes_the_exporter);
 
 /// `deploy/pipelock.service` runs the exporter as an unprivileged user with
 /// a few capabilities: run it that way (`setpriv`, as nobody, with exactly
-/// the unit's `AmbientCapabilities`) and it must attach, collect a herd and
-/// stop cleanly.
+/// the unit's `AmbientCapabilities`) and it must attach, collect the
+/// pipe-mutex waits made beside it, and stop cleanly.
 fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
@@ -641,15 +641,17 @@ fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
         ensure!(Instant::now() < deadline, "serve as nobody never became healthy");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let herd = run(pipelock().args(["run", "pipe-herd", "--limit", "50000", "-q"]))?;
-    ensure!(herd.status.success(), "herd: {}", text(&herd.stderr));
+    let (_, made) = why::contend(20, 1)?;
     std::thread::sleep(Duration::from_millis(1500));
     let scraped = samples(&http_get(port, "/metrics", None)?.2);
     let contentions = scraped
         .get("pipelock_lock_contentions_total{class=\"pipe_mutex\"}")
         .copied()
         .unwrap_or(0.0);
-    ensure!(contentions > 0.0, "serve as nobody saw no pipe-mutex contention");
+    ensure!(
+        contentions >= made as f64,
+        "serve as nobody exported {contentions} pipe-mutex contentions; {made} were made"
+    );
     // SAFETY: a signal to our own child (setpriv execs pipelock in place).
     unsafe { libc::kill(serve.child.id() as i32, libc::SIGTERM) };
     let status = serve.child.wait()?;
@@ -660,21 +662,30 @@ fn serve_runs_with_the_units_capabilities() -> Result<Outcome> {
 register!(Host serve_runs_with_the_units_capabilities);
 
 /// `--ebpf-log` delivers the programs' own records: a trace whose statistics
-/// map holds 16 locks, over 200 pipes made and freed, must print the
-/// warning the programs log the first time that map is full (and count the
-/// drops). `probe --self-test --ebpf-log` must load and pass (it used to
+/// map holds 16 locks, drained every 30 s, over waits made by construction
+/// on the mutexes of 40 pipes ([`why::contend`]'s helper: a herd of churned
+/// pipes need not contend on a busy machine), must print the warning the
+/// programs log the first time that map is full (and count the drops). `probe --self-test --ebpf-log` must load and pass (it used to
 /// fail with EBADF: the logger's map descriptor was closed too early).
 fn ebpf_log_delivers_the_programs_warnings() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
     }
-    let facts = scratch("log-churn");
+    let facts = scratch("log-contend");
     let out = run(pipelock()
-        .args(["--ebpf-log", "trace", "--max-locks", "16", "--json"])
+        .args([
+            "--ebpf-log",
+            "trace",
+            "--max-locks",
+            "16",
+            "--interval",
+            "30",
+            "--json",
+        ])
         .arg(scratch("log.json"))
         .arg("--")
         .arg(std::env::current_exe()?)
-        .args(["--pipe-churn", "200", "100"])
+        .args(["--uffd-holder", "40", "--fault-ms", "2", "--pipes", "40"])
         .arg(&facts))?;
     let _ = (fs::remove_file(&facts), fs::remove_file(scratch("log.json")));
     let stderr = text(&out.stderr);

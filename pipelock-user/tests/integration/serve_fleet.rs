@@ -403,7 +403,7 @@ pub(super) fn thread_caps(pid: u32) -> Result<Vec<(String, u64, u64)>> {
 }
 
 /// Once attached, `serve` (run as root here) holds no capability in any
-/// thread, and keeps collecting: a herd's contentions reach the scrape.
+/// thread, and keeps collecting: the contended waits made beside it reach the scrape.
 fn serve_drops_its_capabilities_once_attached() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
@@ -415,8 +415,7 @@ fn serve_drops_its_capabilities_once_attached() -> Result<Outcome> {
         .filter(|(_, eff, prm)| *eff != 0 || *prm != 0)
         .collect();
     ensure!(kept.is_empty(), "threads that kept capabilities: {kept:?}");
-    let herd = run(pipelock().args(["run", "pipe-herd", "--limit", "50000", "-q"]))?;
-    ensure!(herd.status.success(), "herd: {}", text(&herd.stderr));
+    let (_, made) = why::contend(20, 1)?;
     std::thread::sleep(Duration::from_millis(1500));
     let scraped = serve::samples(&http_get(serve.port, "/metrics", None)?.2);
     let contentions = scraped
@@ -424,8 +423,8 @@ fn serve_drops_its_capabilities_once_attached() -> Result<Outcome> {
         .copied()
         .unwrap_or(0.0);
     ensure!(
-        contentions > 0.0,
-        "no pipe-mutex contention collected after the capabilities were dropped"
+        contentions >= made as f64,
+        "{contentions} pipe-mutex contentions collected after the capabilities were dropped; {made} were made"
     );
     println!(
         "  {} threads, none with a capability; {contentions} pipe-mutex contentions collected after the drop",
@@ -458,9 +457,10 @@ fn a_missing_capability_is_named() -> Result<Outcome> {
 register!(Host a_missing_capability_is_named);
 
 /// `trace` as nobody with CAP_BPF and CAP_PERFMON only: it attaches and
-/// counts a herd's contentions, and says what it could not do without the
-/// other capabilities (kallsyms without CAP_SYSLOG, run-time statistics
-/// without CAP_SYS_ADMIN).
+/// counts the pipe-mutex waits made beside it (by root: the helper that
+/// makes them needs userfaultfd), and says what it could not do without
+/// the other capabilities (kallsyms without CAP_SYSLOG, run-time
+/// statistics without CAP_SYS_ADMIN).
 fn trace_runs_with_cap_bpf_and_cap_perfmon_alone() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
         return Ok(skip);
@@ -469,16 +469,43 @@ fn trace_runs_with_cap_bpf_and_cap_perfmon_alone() -> Result<Outcome> {
         Ok(cmd) => cmd,
         Err(skip) => return Ok(skip),
     };
-    let bin = pipelock_path();
     // Where nobody may write.
     let json = std::env::temp_dir().join(format!("pipelock-it-{}-nobody.json", std::process::id()));
     let _ = fs::remove_file(&json);
-    let out = run(nobody
-        .args(["trace", "--mode", "tracepoint", "--bpf-stats", "--json"])
+    let mut child = nobody
+        .args(["trace", "--mode", "tracepoint", "--bpf-stats", "--all", "--json"])
         .arg(&json)
-        .args(["--", &bin, "run", "pipe-herd", "--limit", "50000", "-q"]))?;
-    let stderr = text(&out.stderr);
-    ensure!(out.status.success(), "trace as nobody: {:?} {stderr}", out.status);
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // stderr, read until pipelock says it is tracing, then to its end.
+    let (attached_tx, attached_rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().context("no stderr")?;
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(std::io::Result::ok) {
+            if line.contains("Ctrl-C to stop") {
+                let _ = attached_tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let attached = attached_rx.recv_timeout(Duration::from_secs(60)).is_ok();
+    let made = if attached { Some(why::contend(20, 1)) } else { None };
+    // SAFETY: a signal to our own child (setpriv execs pipelock in place).
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait()?;
+    let stderr = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the stderr reader panicked"))?;
+    ensure!(attached, "trace as nobody never said it was tracing: {stderr}");
+    let (ino, made) = made.context("no waits made")??;
+    ensure!(
+        status.code() == Some(130),
+        "trace as nobody, stopped by Ctrl-C: {status:?}, want 130 {stderr}"
+    );
     let report = parse_report(&fs::read_to_string(&json)?)?;
     let _ = fs::remove_file(&json);
     let notes = report.notes.join(" | ");
@@ -490,10 +517,22 @@ fn trace_runs_with_cap_bpf_and_cap_perfmon_alone() -> Result<Outcome> {
         stderr.contains("needs CAP_SYS_ADMIN"),
         "no word of the run-time statistics: {stderr}"
     );
-    let contended = report.locks.iter().map(|row| row.contentions).sum::<u64>();
-    ensure!(contended > 0, "no contention counted as nobody: {notes:.2000}");
+    let pipe = format!("pipe:[{ino}]");
+    let contended: u64 = report
+        .locks
+        .iter()
+        .filter(|row| {
+            row.class == Some(pipelock_user::model::LockClass::PipeMutex) && row.pipe_ino == Some(ino)
+        })
+        .map(|row| row.contentions)
+        .sum();
+    ensure!(
+        contended >= made,
+        "as nobody: {contended} contended waits on the mutex of {pipe}, {made} were made: {notes:.2000}"
+    );
     println!(
-        "  as nobody with CAP_BPF and CAP_PERFMON: {contended} contended waits; CAP_SYSLOG and CAP_SYS_ADMIN named where missing"
+        "  as nobody with CAP_BPF and CAP_PERFMON: {contended} contended waits on the mutex of {pipe} \
+         ({made} made); CAP_SYSLOG and CAP_SYS_ADMIN named where missing"
     );
     Ok(Outcome::Passed)
 }

@@ -1,18 +1,13 @@
-//! What the kernel's skipped runs allow an exact count to miss.
-//!
-//! A BPF program that fires while the same program is under way on that
-//! CPU is not run, and its `recursion_misses` counts it (under 6.18's lazy
-//! preemption a fentry program preempted mid-run makes its CPU skip it
-//! until its task runs again). A skipped run can lose one event, but only
-//! of the path that program is on: a count may fall short of its known
-//! answer by no more than the skipped runs of its own path's programs.
-//! A pipe call's entry is the exception: skipped, it leaves the whole call
-//! untraced, and a call that sleeps takes its mutex again after each
-//! wake-up; a test whose calls sleep judges only runs without such skips
-//! ([`is_pipe_call_entry`]).
+//! What the kernel's skipped runs allow an exact count to miss: a count
+//! may fall short of its known answer by no more than the skipped runs of
+//! its own path's programs (`model::skips`). A pipe call's entry is the
+//! exception: skipped, it leaves the whole call untraced, and a call that
+//! sleeps takes its mutex again after each wake-up; a test whose calls
+//! sleep judges only runs without such skips ([`is_pipe_call_entry`]).
 use std::fmt;
 
-use pipelock_user::model::{LockRow, ProgramStats, TraceReport, fixtures};
+pub(super) use pipelock_user::model::skips::is_pipe_call_entry;
+use pipelock_user::model::{LockClass, LockRow, ProgramStats, TraceReport, fixtures, skips};
 
 use super::*;
 
@@ -26,31 +21,14 @@ pub(super) enum CountedPath {
 }
 
 impl CountedPath {
-    /// Whether a skipped run of `program` (fentry, kprobe or tracepoint
-    /// mode) can lose an event of this path: the pipe call that names the
-    /// pipe (its entry, and its exit, which closes the call), the lock's
-    /// own hooks, and the contention tracepoints.
+    /// Whether a skipped run of `program` can lose an event of this path.
     pub(super) fn has(self, program: &str) -> bool {
-        let name = program.strip_prefix("kp_").unwrap_or(program);
-        let pipe_call = ["pipe_read_", "pipe_write_", "splice_", "tee_", "vmsplice_"]
-            .iter()
-            .any(|call| name.starts_with(call));
-        let contention = name.starts_with("hooked_contention_") || name.starts_with("pipe_contention_");
-        let lock = match self {
-            Self::Mutex => name.starts_with("mutex_"),
-            Self::Spinlock => name.starts_with("spin_"),
+        let class = match self {
+            Self::Mutex => LockClass::PipeMutex,
+            Self::Spinlock => LockClass::PipeRdWait,
         };
-        pipe_call || contention || lock
+        skips::on_path(class, program)
     }
-}
-
-/// Whether `program` is a pipe call's entry (fentry or kprobe): a skipped
-/// run of it leaves that whole call untraced, every lock it takes, not one.
-pub(super) fn is_pipe_call_entry(program: &str) -> bool {
-    let name = program.strip_prefix("kp_").unwrap_or(program);
-    ["pipe_read_", "pipe_write_", "splice_", "tee_", "vmsplice_"]
-        .iter()
-        .any(|call| name.strip_prefix(call) == Some("entry"))
 }
 
 /// The skipped runs of a report's programs on one path, per program.
@@ -166,28 +144,6 @@ fn an_exact_count_allows_only_its_own_paths_skipped_runs() -> Result<Outcome> {
         exact_mutex_count(&report(5), &report(5).locks[0], 95).is_ok(),
         "the same report with `dropped` fails: the renamed check proves nothing"
     );
-    for (program, mutex, spin) in [
-        ("mutex_lock_entry", true, false),
-        ("kp_mutex_unlock_entry", true, false),
-        ("hooked_contention_end", true, true),
-        ("pipe_contention_begin_btf", true, true),
-        ("kp_pipe_read_entry", true, true),
-        ("kp_splice_call_exit", true, true),
-        ("spin_unlock_irqrestore_entry", false, true),
-        ("kp_spin_lock_exit", false, true),
-        ("holder_switch", false, false),
-        ("follow_fork", false, false),
-        ("dentry_spin_lock_entry", false, false),
-        ("pipe_free_entry", false, false),
-    ] {
-        ensure!(
-            (
-                CountedPath::Mutex.has(program),
-                CountedPath::Spinlock.has(program)
-            ) == (mutex, spin),
-            "{program}: on the mutex's path {mutex}, the spinlock's {spin}"
-        );
-    }
     Ok(Outcome::Passed)
 }
 register!(Host an_exact_count_allows_only_its_own_paths_skipped_runs);

@@ -161,13 +161,13 @@ struct WaitBounds {
 /// pipe is drained of their three pages. Returns the writers' wait bounds.
 fn faulting_round(
     page: &FaultingPage,
-    go: &std::sync::mpsc::Sender<()>,
+    go: &std::sync::mpsc::Sender<i32>,
     done: &std::sync::mpsc::Receiver<Result<()>>,
     (write_fd, read_fd): (i32, i32),
     meanwhile: impl FnOnce() -> Result<()>,
 ) -> Result<[WaitBounds; 2]> {
     page.forget()?;
-    go.send(())?;
+    go.send(write_fd)?;
     page.wait_for_fault()?;
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let writers: Vec<_> = (0..2)
@@ -244,52 +244,67 @@ fn wait_until_blocked(tid: u32) -> Result<Instant> {
     }
 }
 
-/// Helper mode: `integration --uffd-holder ROUNDS [--fault-ms MS,…] FILE`
-/// writes "INO TID" (the pipe, the holder thread) to FILE, then ROUNDS
+/// Helper mode: `integration --uffd-holder ROUNDS [--fault-ms MS,…]
+/// [--pipes N] FILE` writes "INO TID" (the (first) pipe, the holder
+/// thread) to FILE, then ROUNDS
 /// times: the holder writes a page into the pipe from a
 /// userfaultfd-registered buffer, so `pipe_write` faults with the pipe
 /// mutex held; once the fault is in, two writers write to the same pipe
 /// (they wait for the mutex); the handler resolves the fault 50 ms (or
 /// round i: the i-th of `--fault-ms`, cycled) after it arrived; the pipe is
-/// drained. At the end FILE gets one more line a writer: "AT_LEAST_NS
-/// AT_MOST_NS", the bounds of its wait ([`WaitBounds`]).
+/// drained. With `--pipes N`, round i uses the i-th of N pipes (cycled):
+/// N mutexes contended. At the end FILE gets one more line a writer:
+/// "AT_LEAST_NS AT_MOST_NS", the bounds of its wait ([`WaitBounds`]).
 pub(super) fn uffd_holder(args: &[String]) -> ! {
     let run = || -> Result<()> {
         let rounds: u32 = args.first().context("ROUNDS")?.parse()?;
-        let fault_ms: Vec<u64> = match args.iter().position(|a| a == "--fault-ms") {
-            Some(at) => args
-                .get(at + 1)
+        let option = |name: &str| args.iter().position(|a| a == name).map(|at| args.get(at + 1));
+        let fault_ms: Vec<u64> = match option("--fault-ms") {
+            Some(list) => list
                 .context("--fault-ms MS,…")?
                 .split(',')
                 .map(str::parse)
                 .collect::<std::result::Result<_, _>>()?,
             None => vec![FAULT_MS],
         };
-        let (read, write, ino) = new_pipe()?;
+        let pipes: usize = match option("--pipes") {
+            Some(n) => n.context("--pipes N")?.parse()?,
+            None => 1,
+        };
+        let pipes: Vec<(OwnedFd, OwnedFd, u64)> =
+            (0..pipes.max(1)).map(|_| new_pipe()).collect::<Result<_>>()?;
         let page = Arc::new(FaultingPage::new()?);
-        let (fd, page_addr) = (write.as_raw_fd(), page.page as usize);
-        // holder → main: its thread id; main → holder: go; holder: done.
+        let page_addr = page.page as usize;
+        // holder → main: its thread id; main → holder: go, on this pipe;
+        // holder: done.
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<i32>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let holder = std::thread::spawn(move || -> Result<()> {
             tid_tx.send(thread_id())?;
-            while go_rx.recv().is_ok() {
+            while let Ok(fd) = go_rx.recv() {
                 done_tx.send(write_all(fd, page_addr as *const u8, PAGE))?;
             }
             Ok(())
         });
         let holder_tid = tid_rx.recv()?;
         let file = args.last().context("FILE")?;
-        let mut facts = format!("{ino} {holder_tid}\n");
+        let mut facts = format!("{} {holder_tid}\n", pipes[0].2);
         fs::write(file, &facts)?;
         for round in 0..rounds as usize {
-            let bounds = faulting_round(&page, &go_tx, &done_rx, (fd, read.as_raw_fd()), || {
-                // The fault came in just now; the holder sleeps in it, the
-                // writers wait for the mutex.
-                std::thread::sleep(Duration::from_millis(fault_ms[round % fault_ms.len()]));
-                Ok(())
-            })?;
+            let (read, write, _) = &pipes[round % pipes.len()];
+            let bounds = faulting_round(
+                &page,
+                &go_tx,
+                &done_rx,
+                (write.as_raw_fd(), read.as_raw_fd()),
+                || {
+                    // The fault came in just now; the holder sleeps in it, the
+                    // writers wait for the mutex.
+                    std::thread::sleep(Duration::from_millis(fault_ms[round % fault_ms.len()]));
+                    Ok(())
+                },
+            )?;
             for b in bounds {
                 facts += &format!("{} {}\n", b.at_least_ns, b.at_most_ns);
             }
@@ -308,6 +323,32 @@ pub(super) fn uffd_holder(args: &[String]) -> ! {
             1
         }
     })
+}
+
+/// Contended pipe-mutex waits by construction: the `--uffd-holder`
+/// helper, `rounds` times, keeps a pipe's mutex held in a 2 ms page fault
+/// while two writers wait for it, over `pipes` pipes in turn. A herd
+/// contends only while two of its members run at once, which a machine
+/// busy with something else need not allow (its members then pass the
+/// token to themselves on one CPU); these waits happen whatever runs beside
+/// them. Returns the first pipe's inode and the waits made, two a round
+/// (each writer's).
+pub(super) fn contend(rounds: u32, pipes: u32) -> Result<(u64, u64)> {
+    let facts = scratch("contend.facts");
+    let out = run(Command::new(std::env::current_exe()?)
+        .args(["--uffd-holder", &rounds.to_string(), "--fault-ms", "2"])
+        .args(["--pipes", &pipes.to_string()])
+        .arg(&facts))?;
+    let written = fs::read_to_string(&facts);
+    let _ = fs::remove_file(&facts);
+    ensure!(
+        out.status.success(),
+        "the contending helper: {:?} {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let (ino, _) = ino_and_tid(&written?)?;
+    Ok((ino, 2 * u64::from(rounds)))
 }
 
 /// How long the real-time task keeps the woken holder off its CPU.
@@ -340,12 +381,12 @@ pub(super) fn preempted_holder(args: &[String]) -> ! {
         let page = Arc::new(FaultingPage::new()?);
         let (fd, page_addr) = (write.as_raw_fd(), page.page as usize);
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<i32>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let holder = std::thread::spawn(move || -> Result<()> {
             pin_to(0)?;
             tid_tx.send(thread_id())?;
-            while go_rx.recv().is_ok() {
+            while let Ok(fd) = go_rx.recv() {
                 done_tx.send(write_all(fd, page_addr as *const u8, PAGE))?;
             }
             Ok(())
