@@ -143,8 +143,8 @@ macro_rules! per_mode {
 }
 use per_mode;
 use traced::{
-    Kind, busiest, check_percentiles, parse_report, pipe_rows, row_of, shown, trace_exact_pipe_io,
-    trace_exact_pipe_io_with, trace_helper, trace_into, trace_json, trace_stat_storm,
+    Kind, busiest, check_percentiles, parse_report, pipe_rows, row_of, shown, trace_contended,
+    trace_exact_pipe_io, trace_exact_pipe_io_with, trace_helper, trace_into, trace_json, trace_stat_storm,
 };
 
 /// Set by the VM's init (`cargo xtask vm-test`).

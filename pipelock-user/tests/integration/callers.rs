@@ -146,7 +146,7 @@ fn callers_and_tasks_account_for_every_acquisition() -> Result<Outcome> {
         ));
     }
     if !in_vm() {
-        let report = match trace_json(
+        let report = match trace_contended(
             &["--mode", "tracepoint", "--callers", "--by", "task"],
             &["run", "pipe-herd", "--limit", "100000", "-q"],
         )? {
@@ -200,7 +200,7 @@ fn caller_and_lock_filters_keep_what_they_name() -> Result<Outcome> {
         args.extend(extra);
         trace_json(&args, &herd)
     };
-    let writes = match trace(&["--caller", "*pipe_write*"])? {
+    let writes = match trace_contended(&["--mode", "tracepoint", "--caller", "*pipe_write*"], &herd)? {
         Ok(report) => report,
         Err(skip) => return Ok(skip),
     };

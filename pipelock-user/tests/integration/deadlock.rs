@@ -22,7 +22,7 @@ fn a_herds_hand_offs_are_no_deadlock() -> Result<Outcome> {
             println!("  {mode}: not covered here ({refusal})");
             continue;
         }
-        let report = match trace_json(
+        let report = match trace_contended(
             &["--mode", mode],
             &["run", "pipe-herd", "-k", "4", "--limit", limit, "-q"],
         )? {

@@ -20,7 +20,7 @@ fn leaf(lock: &LockRow) -> String {
 fn folded_and_flamegraph_add_up_to_the_reports_waits() -> Result<Outcome> {
     let folded = scratch("waits.folded");
     let svg = scratch("waits.svg");
-    let report = match trace_json(
+    let report = match trace_contended(
         &[
             "--mode",
             "tracepoint",

@@ -13,7 +13,7 @@ fn trace_sees_the_herds_pipe_locks() -> Result<Outcome> {
     // scheduler is unkind: a clean CI run once passed 100 000 of them in
     // 0.17 s without a single contended acquisition.
     let limit = if in_vm() { "30000" } else { "400000" };
-    let report = match trace_json(
+    let report = match trace_contended(
         &["--mode", "tracepoint"],
         &["run", "pipe-herd", "-k", "5", "--limit", limit, "-q"],
     )? {
@@ -327,10 +327,9 @@ fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
         return Ok(skip);
     }
     let (csv_path, json_path) = (scratch("interval.csv"), scratch("interval.json"));
-    let bin = pipelock_path();
-    // Several herds back to back, so that several intervals see contention
-    // even where one herd is over in a tenth of a second (TCG guests).
-    let (limit, runs) = if in_vm() { ("40000", "4") } else { ("300000", "1") };
+    let facts = scratch("interval.facts");
+    // Waits made by construction over 40 rounds of at least 2 ms each:
+    // several intervals see some, on a busy machine too.
     let out = run(pipelock()
         .args([
             "trace",
@@ -344,21 +343,16 @@ fn interval_csv_reads_back_and_adds_up_to_the_run() -> Result<Outcome> {
         .arg(&csv_path)
         .arg("--json")
         .arg(&json_path)
-        .args([
-            "--",
-            &bin,
-            "run",
-            "pipe-herd",
-            "-k",
-            "5",
-            "--limit",
-            limit,
-            "--runs",
-            runs,
-            "-q",
-        ]))?;
+        .arg("--")
+        .arg(std::env::current_exe()?)
+        .args(["--uffd-holder", "40", "--fault-ms", "2", "--pipes", "4"])
+        .arg(&facts))?;
     let (csv_text, json_text) = (fs::read(&csv_path), fs::read_to_string(&json_path));
-    let _ = (fs::remove_file(&csv_path), fs::remove_file(&json_path));
+    let _ = (
+        fs::remove_file(&csv_path),
+        fs::remove_file(&json_path),
+        fs::remove_file(&facts),
+    );
     ensure!(out.status.success(), "trace --interval: {}", text(&out.stderr));
     ensure!(
         text(&out.stdout).contains("--- whole run ---"),

@@ -43,6 +43,32 @@ pub(crate) fn trace_json(
     Ok(Ok(parse_report(&text_json?)?))
 }
 
+/// [`trace_json`] of a herd (`command`), run again, up to 5 times, until it
+/// contended a pipe lock: a herd contends only while two of its members run
+/// at once, which a machine busy with something else need not allow. The
+/// fifth report is returned whatever it holds, for the test to judge.
+pub(crate) fn trace_contended(
+    trace_args: &[&str],
+    command: &[&str],
+) -> Result<std::result::Result<TraceReport, Outcome>> {
+    let mut attempt = 1;
+    loop {
+        let report = match trace_json(trace_args, command)? {
+            Ok(report) => report,
+            Err(skip) => return Ok(Err(skip)),
+        };
+        let contended = report
+            .locks
+            .iter()
+            .any(|row| row.class.is_some_and(|c| c.name().starts_with("pipe-")) && row.contentions > 0);
+        if contended || attempt == 5 {
+            return Ok(Ok(report));
+        }
+        println!("  attempt {attempt}: the herd contended no pipe lock; again");
+        attempt += 1;
+    }
+}
+
 /// `pipelock trace --mode MODE` around this binary's `--exact-pipe-io N`:
 /// the report and the inode of the helper's pipe.
 pub(crate) fn trace_exact_pipe_io(mode: &str, classes: &str, n: u64) -> Result<(TraceReport, u64)> {

@@ -74,7 +74,8 @@ fn traced_calls(log: &str) -> BTreeSet<String> {
 }
 
 /// `pipelock serve`, with TLS and basic auth, traced by strace from start
-/// to SIGTERM while it is scraped and a herd runs: each system call it made
+/// to SIGTERM while it is scraped and pipe-mutex waits are made
+/// ([`why::contend`]): each system call it made
 /// must be allowed by the unit's `SystemCallFilter=`.
 fn the_units_syscall_filter_allows_what_serve_calls() -> Result<Outcome> {
     if let Some(skip) = cannot_load() {
@@ -145,8 +146,7 @@ fn the_units_syscall_filter_allows_what_serve_calls() -> Result<Outcome> {
         ensure!(Instant::now() < deadline, "serve under strace never answered");
         std::thread::sleep(Duration::from_millis(250));
     }
-    let herd = run(pipelock().args(["run", "pipe-herd", "--limit", "20000", "-q"]))?;
-    ensure!(herd.status.success(), "herd: {}", text(&herd.stderr));
+    why::contend(20, 1)?;
     std::thread::sleep(Duration::from_millis(1500));
     let scraped = samples(&scrape()?);
     ensure!(
