@@ -20,6 +20,51 @@ pub struct AbResult {
     /// A, then B.
     pub kernels: [KernelRuns; 2],
     pub table: Vec<Row>,
+    /// The functions B's change (`--source` with `--patch` or `--rev`)
+    /// makes to A's tree.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patched: Vec<PatchedFunction>,
+}
+
+/// A function whose body B's change makes different, found in A's source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchedFunction {
+    /// As the patch names it: `fs/pipe.c`.
+    pub file: String,
+    pub function: String,
+    /// Declared inline: its body runs inside its callers.
+    pub inline: bool,
+    /// Static: only its own file calls it.
+    pub is_static: bool,
+    /// The functions of its file that call it.
+    pub callers: Vec<String>,
+    /// New in B.
+    pub added: bool,
+}
+
+impl PatchedFunction {
+    /// `pipe_set_size() in fs/pipe.c (static, called from pipe_fcntl():
+    /// its body runs there if the compiler inlined it)`. A static function
+    /// its file never calls is called through a pointer (a
+    /// `file_operations`): it keeps a symbol of its own.
+    pub fn describe(&self) -> String {
+        let name = format!("{}() in {}", self.function, self.file);
+        let callers: Vec<String> = self.callers.iter().map(|c| format!("{c}()")).collect();
+        if self.added {
+            format!("{name} (new in B)")
+        } else if self.inline && callers.is_empty() {
+            format!("{name} (inline: its body runs in its callers)")
+        } else if self.inline {
+            format!("{name} (inline: its body runs in {})", callers.join(", "))
+        } else if self.is_static && !callers.is_empty() {
+            format!(
+                "{name} (static, called from {}: its body runs there if the compiler inlined it)",
+                callers.join(", ")
+            )
+        } else {
+            name
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -190,6 +235,38 @@ mod tests {
         assert_eq!(
             verdict,
             "B is unsafe: a thread asks for the mutex of pipe:[9] that it already holds; task x(5), in run 1"
+        );
+    }
+
+    fn function(inline: bool, is_static: bool, callers: &[&str], added: bool) -> PatchedFunction {
+        PatchedFunction {
+            file: "fs/pipe.c".to_owned(),
+            function: "f".to_owned(),
+            inline,
+            is_static,
+            callers: callers.iter().map(|c| (*c).to_owned()).collect(),
+            added,
+        }
+    }
+
+    #[test]
+    fn a_patched_function_says_where_its_body_runs() {
+        assert_eq!(
+            function(false, true, &["pipe_fcntl"], false).describe(),
+            "f() in fs/pipe.c (static, called from pipe_fcntl(): its body runs there if the compiler inlined it)"
+        );
+        assert_eq!(function(false, true, &[], false).describe(), "f() in fs/pipe.c");
+        assert_eq!(
+            function(true, true, &["a", "b"], false).describe(),
+            "f() in fs/pipe.c (inline: its body runs in a(), b())"
+        );
+        assert_eq!(
+            function(true, false, &[], false).describe(),
+            "f() in fs/pipe.c (inline: its body runs in its callers)"
+        );
+        assert_eq!(
+            function(false, false, &[], true).describe(),
+            "f() in fs/pipe.c (new in B)"
         );
     }
 }

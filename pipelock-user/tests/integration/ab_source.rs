@@ -189,6 +189,17 @@ fn ab_source_builds_the_patch_and_shows_rd_wait_3_to_1() -> Result<Outcome> {
         stdout.contains("pipe-throughput throughput (lps): ") && stdout.contains("95% CI"),
         "no verdict on the workload's figure:\n{stdout}"
     );
+    // The patch changes the bodies of pipe_read() and pipe_write(), both
+    // called through the pipe's file_operations.
+    let changes: Vec<&str> = stdout.lines().filter(|l| l.starts_with("B changes ")).collect();
+    ensure!(
+        changes
+            == [
+                "B changes pipe_read() in fs/pipe.c",
+                "B changes pipe_write() in fs/pipe.c"
+            ],
+        "the functions the patch changes: {changes:?}\n{stdout}"
+    );
     println!(
         "  3 runs each, {:.0} s: {}",
         started.elapsed().as_secs_f64(),

@@ -10,6 +10,7 @@
 //! objects) is make's own incremental state; a work tree left with a
 //! patch applied (a kill at the wrong moment) is thrown away and rebuilt.
 pub mod config;
+pub mod touched;
 pub mod tree;
 
 use std::{

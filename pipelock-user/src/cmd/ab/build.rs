@@ -6,7 +6,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pipelock_vm::build::{self, Change, Event, Request};
 
 use super::guest::Kernel;
-use crate::{Error, cli::AbArgs};
+use crate::{Error, cli::AbArgs, model::PatchedFunction};
 
 /// The kernels `ab` compares, as asked for.
 pub enum Kernels {
@@ -137,6 +137,28 @@ pub fn build_both(request: &Request) -> Result<[Kernel; 2], Error> {
         })
     };
     Ok([resolve(a)?, resolve(b)?])
+}
+
+/// The functions B's change makes to A's tree; none (and a line saying
+/// why) where the change cannot be read against the tree.
+pub fn patched(request: &Request) -> Vec<PatchedFunction> {
+    match build::touched::of_request(request) {
+        Ok(touched) => touched
+            .into_iter()
+            .map(|t| PatchedFunction {
+                file: t.file,
+                function: t.function,
+                inline: t.inline,
+                is_static: t.is_static,
+                callers: t.callers,
+                added: t.added,
+            })
+            .collect(),
+        Err(why) => {
+            eprintln!("pipelock ab: which functions B changes is not known: {why}");
+            Vec::new()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -215,6 +215,10 @@ pub fn run(options: Options) -> Result<(), Error> {
         },
         Kernels::Built(request) => build::build_both(request)?,
     };
+    let patched = match &options.kernels {
+        Kernels::Built(request) => build::patched(request),
+        Kernels::Given(_) => Vec::new(),
+    };
     let (a_spec, b_spec) = (&kernels[0].spec, &kernels[1].spec);
     let work = std::env::temp_dir().join(format!("pipelock-ab-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(Error::read(work.clone()))?;
@@ -356,7 +360,11 @@ pub fn run(options: Options) -> Result<(), Error> {
             ""
         }
     );
-    println!("A: {} ({})\nB: {} ({})\n", a.release, a.spec, b.release, b.spec);
+    println!("A: {} ({})\nB: {} ({})", a.release, a.spec, b.release, b.spec);
+    for function in &patched {
+        println!("B changes {}", function.describe());
+    }
+    println!();
     if rows.is_empty() {
         for (side, runs) in [("A", &a), ("B", &b)] {
             if runs.runs.is_empty() {
@@ -388,6 +396,7 @@ pub fn run(options: Options) -> Result<(), Error> {
         runs_per_kernel: options.runs,
         kernels: [a, b],
         table: rows,
+        patched,
     };
     outputs.write_with(|_| serde_json::to_vec_pretty(&report).map_err(std::io::Error::other))?;
     if unsafe_sides.is_empty() {
