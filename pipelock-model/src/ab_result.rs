@@ -67,6 +67,58 @@ impl PatchedFunction {
     }
 }
 
+impl PatchedFunction {
+    /// The functions whose calls tell whether B's runs reached this one:
+    /// itself, and where its body runs if the compiler inlined it.
+    pub fn to_count(&self) -> Vec<String> {
+        let mut out = vec![self.function.clone()];
+        if self.inline || self.is_static {
+            out.extend(self.callers.iter().cloned());
+        }
+        out
+    }
+
+    /// Whether `calls` (B's) show its body ran: entered N times, never
+    /// entered (nothing in the comparison speaks for it), or entered only
+    /// as far as its callers' counts tell.
+    pub fn reach(&self, calls: &[FunctionCalls]) -> String {
+        let find = |f: &str| calls.iter().find(|c| c.function == f);
+        let never = "nothing in this comparison speaks for it";
+        match find(&self.function) {
+            None => "its calls were not counted".to_owned(),
+            Some(FunctionCalls { entered: Some(0), .. }) => format!("never entered in B's runs: {never}"),
+            Some(FunctionCalls { entered: Some(n), .. }) => format!("entered {n} times in B's runs"),
+            Some(FunctionCalls { not_counted: why, .. }) => {
+                let why = why.as_deref().unwrap_or("not counted");
+                let callers: Vec<(&str, Option<u64>)> = self
+                    .callers
+                    .iter()
+                    .filter(|_| self.inline || self.is_static)
+                    .filter_map(|c| find(c).map(|calls| (c.as_str(), calls.entered)))
+                    .collect();
+                let counted: Vec<(&str, u64)> =
+                    callers.iter().filter_map(|(c, n)| Some((*c, (*n)?))).collect();
+                if counted.is_empty() {
+                    return format!("not counted: {why}");
+                }
+                let each: Vec<String> = counted.iter().map(|(c, n)| format!("{c}() {n} times")).collect();
+                if counted.iter().all(|(_, n)| *n == 0) {
+                    format!(
+                        "not counted itself ({why}); where its body runs, {}: never entered in B's runs: {never}",
+                        each.join(", ")
+                    )
+                } else {
+                    format!(
+                        "not counted itself ({why}); where its body runs, {} in B's runs (whether they took \
+                         the changed lines, the counts cannot tell)",
+                        each.join(", ")
+                    )
+                }
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KernelRuns {
     /// The kernel as asked for (a version, an image, a source tree).
@@ -79,6 +131,46 @@ pub struct KernelRuns {
     /// Why this kernel's runs ended early, if they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hang: Option<Hang>,
+    /// The calls of the functions B's change makes (and of their callers
+    /// in the file), over this kernel's runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<FunctionCalls>,
+}
+
+/// How often a function was entered over a kernel's runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCalls {
+    pub function: String,
+    /// None where it was not counted.
+    pub entered: Option<u64>,
+    /// Why not: no probe point (inlined), no kprobe events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_counted: Option<String>,
+}
+
+impl FunctionCalls {
+    /// Adds one run's count (or why it has none) to `all`.
+    pub fn add(all: &mut Vec<Self>, function: &str, run: Result<u64, String>) {
+        let at = match all.iter().position(|c| c.function == function) {
+            Some(at) => at,
+            None => {
+                all.push(Self {
+                    function: function.to_owned(),
+                    entered: Some(0),
+                    not_counted: None,
+                });
+                all.len() - 1
+            }
+        };
+        let calls = &mut all[at];
+        match run {
+            Ok(n) => calls.entered = calls.entered.map(|e| e + n),
+            Err(why) => {
+                calls.entered = None;
+                calls.not_counted = Some(why);
+            }
+        }
+    }
 }
 
 /// A guest that stopped making progress: a thread asked for a mutex it
@@ -268,5 +360,49 @@ mod tests {
             function(false, false, &[], true).describe(),
             "f() in fs/pipe.c (new in B)"
         );
+    }
+
+    fn calls(counts: &[(&str, Option<u64>)]) -> Vec<FunctionCalls> {
+        let mut all = Vec::new();
+        for (function, n) in counts {
+            let run = n.ok_or_else(|| "no probe point in this kernel (inlined, or not probeable)".to_owned());
+            FunctionCalls::add(&mut all, function, run.clone());
+            FunctionCalls::add(&mut all, function, run);
+        }
+        all
+    }
+
+    #[test]
+    fn a_patched_function_is_entered_never_or_as_far_as_its_callers_tell() {
+        let set_size = function(false, true, &["pipe_fcntl"], false);
+        assert_eq!(set_size.to_count(), ["f", "pipe_fcntl"]);
+        // Two runs each: the counts add up.
+        assert_eq!(
+            set_size.reach(&calls(&[("f", Some(3))])),
+            "entered 6 times in B's runs"
+        );
+        assert_eq!(
+            set_size.reach(&calls(&[("f", Some(0))])),
+            "never entered in B's runs: nothing in this comparison speaks for it"
+        );
+        let inlined = calls(&[("f", None), ("pipe_fcntl", Some(0))]);
+        assert_eq!(
+            set_size.reach(&inlined),
+            "not counted itself (no probe point in this kernel (inlined, or not probeable)); where its body \
+             runs, pipe_fcntl() 0 times: never entered in B's runs: nothing in this comparison speaks for it"
+        );
+        assert!(
+            set_size
+                .reach(&calls(&[("f", None), ("pipe_fcntl", Some(5))]))
+                .contains("pipe_fcntl() 10 times in B's runs (whether they took the changed lines")
+        );
+        let pointer = function(false, true, &[], false);
+        assert_eq!(pointer.to_count(), ["f"]);
+        assert!(
+            pointer
+                .reach(&calls(&[("f", None)]))
+                .starts_with("not counted: no probe point")
+        );
+        assert_eq!(pointer.reach(&[]), "its calls were not counted");
     }
 }

@@ -21,7 +21,7 @@ pub mod stats;
 pub mod timing;
 pub mod view;
 
-pub use ab_result::{AbResult, Hang, KernelRuns, PatchedFunction};
+pub use ab_result::{AbResult, FunctionCalls, Hang, KernelRuns, PatchedFunction};
 pub use callers::{ByKey, CallerMargin, CallerRow, TaskRow};
 pub use class::{ClassSet, LockClass, class_label};
 pub use format::{FORMAT, FormatVersion};

@@ -351,7 +351,10 @@ register!(Host ab_preflight_refuses_a_kernel_without_btf);
 /// its caller. A command that prints nothing is given up on at the
 /// deadline, with no `deadlock:` line to show.
 fn ab_guest_stops_waiting_on_a_thread_that_asked_twice() -> Result<Outcome> {
-    use pipelock_user::cmd::ab::{guest::run_script_with, hang_of, read_console};
+    use pipelock_user::cmd::ab::{
+        guest::{GuestPaths, run_script_with},
+        hang_of, read_console,
+    };
     use std::os::unix::fs::PermissionsExt as _;
     const LINE: &str = "pipelock: deadlock: paths(5/6) asked for the mutex of pipe:[9] (0x1) that it already \
                         holds, in fcntl(), at pipe_set_size+0x5e <- pipe_fcntl+0x8d <- do_fcntl+0x4c2";
@@ -379,9 +382,13 @@ fn ab_guest_stops_waiting_on_a_thread_that_asked_twice() -> Result<Outcome> {
             nonce,
             &["run".to_owned(), "pipe-herd".to_owned()],
             std::time::Duration::from_secs(deadline),
-            fake.to_str().context("path")?,
-            &dir,
-            sysrq.to_str().context("path")?,
+            &[],
+            &GuestPaths {
+                bin: fake.to_str().context("path")?,
+                tmp: &dir,
+                sysrq: sysrq.to_str().context("path")?,
+                tracing: &dir,
+            },
         );
         let started = Instant::now();
         let out = run(Command::new("sh")
@@ -421,3 +428,86 @@ fn ab_guest_stops_waiting_on_a_thread_that_asked_twice() -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 register!(Host ab_guest_stops_waiting_on_a_thread_that_asked_twice);
+
+/// The guest script counts the calls of the functions asked with a kprobe
+/// event each, run on the host against a stand-in tracefs: a function the
+/// kernel takes a probe for gets its `kprobe_profile` hits, one it refuses
+/// is said to have no probe point, and a kernel without kprobe events
+/// says so for all.
+fn ab_guest_counts_the_calls_of_the_changed_functions() -> Result<Outcome> {
+    use pipelock_user::cmd::ab::{
+        guest::{GuestPaths, calls_of, run_script_with},
+        read_console,
+    };
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = pipelock_path();
+    let tmp = scratch("calls");
+    let tracing = tmp.join("tracing");
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(tracing.join("events/pipelock_calls/f0"))?;
+    fs::write(tracing.join("events/pipelock_calls/f0/enable"), "")?;
+    fs::write(tracing.join("kprobe_events"), "")?;
+    fs::write(
+        tracing.join("kprobe_profile"),
+        "  pipelock_calls/f0                                       42               0\n",
+    )?;
+    // A pipelock whose command writes an empty result at once.
+    let fake = tmp.join("pipelock");
+    fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = ab-emit ]; then exec {bin} \"$@\"; fi\n\
+             while [ $# -gt 0 ]; do if [ \"$1\" = --json ]; then echo '{{}}' > \"$2\"; fi; shift; done\n"
+        ),
+    )?;
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755))?;
+    let asked = ["pipe_read".to_owned(), "pipe_set_size".to_owned()];
+    let counted = |tracing: &Path| -> Result<Vec<(String, std::result::Result<u64, String>)>> {
+        let nonce = "callstest";
+        let script = run_script_with(
+            nonce,
+            &["run".to_owned(), "pipe-herd".to_owned()],
+            std::time::Duration::from_secs(60),
+            &asked,
+            &GuestPaths {
+                bin: fake.to_str().context("path")?,
+                tmp: tmp.to_str().context("path")?,
+                sysrq: "/dev/null",
+                tracing: tracing.to_str().context("path")?,
+            },
+        );
+        let out = run(Command::new("sh")
+            .arg("-c")
+            .arg(format!("{script}\necho PIPELOCK-VM-RESULT {nonce} rc=$?")))?;
+        let results = read_console(&text(&out.stdout), nonce, None).map_err(|e| anyhow::anyhow!(e))?;
+        Ok(calls_of(&results, &asked))
+    };
+    let calls = counted(&tracing)?;
+    ensure!(
+        calls.len() == 2
+            && calls[0] == ("pipe_read".to_owned(), Ok(42))
+            && calls[1].0 == "pipe_set_size"
+            && calls[1]
+                .1
+                .as_ref()
+                .is_err_and(|why| why.starts_with("no probe point")),
+        "{calls:?}"
+    );
+    ensure!(
+        fs::read_to_string(tracing.join("kprobe_events"))?
+            == "p:pipelock_calls/f0 pipe_read\np:pipelock_calls/f1 pipe_set_size\n",
+        "the probes asked of the kernel"
+    );
+    let none = counted(&tmp.join("no-tracefs"))?;
+    ensure!(
+        none.len() == 2
+            && none
+                .iter()
+                .all(|(_, c)| c.as_ref().is_err_and(|why| why.contains("no kprobe events"))),
+        "{none:?}"
+    );
+    let _ = fs::remove_dir_all(&tmp);
+    println!("  pipe_read entered 42 times (its probe's hits), pipe_set_size without a probe point");
+    Ok(Outcome::Passed)
+}
+register!(Host ab_guest_counts_the_calls_of_the_changed_functions);

@@ -146,39 +146,92 @@ fi"#
     )
 }
 
+/// Where a measured boot's script finds things: pipelock, scratch space,
+/// the sysrq trigger and tracefs (the integration test runs the script on
+/// the host with its own).
+pub struct GuestPaths<'a> {
+    pub bin: &'a str,
+    pub tmp: &'a str,
+    pub sysrq: &'a str,
+    pub tracing: &'a str,
+}
+
+impl GuestPaths<'static> {
+    pub const GUEST: Self = Self {
+        bin: "/pipelock",
+        tmp: "/tmp",
+        sysrq: "/proc/sysrq-trigger",
+        tracing: "/sys/kernel/tracing",
+    };
+}
+
 /// A measured boot: the command once, its JSON result (or its output, if
 /// it failed) framed on the console. A command that stops making progress
 /// is not waited for until qemu's timeout: as soon as its pipelock says a
 /// thread asked for a mutex it holds, or after `deadline`, the guest asks
 /// the kernel for its blocked tasks (sysrq `w`) and sends them back with
-/// the `deadlock:` lines (`asked`, `blocked`, `stuck`).
-pub fn run_script(nonce: &str, command: &[String], deadline: Duration) -> String {
-    run_script_with(
-        nonce,
-        command,
-        deadline,
-        "/pipelock",
-        "/tmp",
-        "/proc/sysrq-trigger",
-    )
+/// the `deadlock:` lines (`asked`, `blocked`, `stuck`). The calls of each
+/// of `count` (functions) during the command are counted with a kprobe
+/// event each and sent back as `probes` (`fN NAME` per function probed,
+/// `- NAME` per one the kernel has no probe point for, or `none: WHY`)
+/// and `profile` (tracefs's `kprobe_profile`: hits per probe).
+pub fn run_script(nonce: &str, command: &[String], deadline: Duration, count: &[String]) -> String {
+    run_script_with(nonce, command, deadline, count, &GuestPaths::GUEST)
 }
 
-/// [`run_script`] with pipelock at `bin`, scratch files in `tmp` and the
-/// sysrq trigger at `sysrq` (the integration test runs it on the host).
+/// [`run_script`] with its paths.
 pub fn run_script_with(
     nonce: &str,
     command: &[String],
     deadline: Duration,
-    bin: &str,
-    tmp: &str,
-    sysrq: &str,
+    count: &[String],
+    paths: &GuestPaths,
 ) -> String {
+    let GuestPaths {
+        bin,
+        tmp,
+        sysrq,
+        tracing,
+    } = paths;
     let args: Vec<String> = guest_command(command).iter().map(|a| quote(a)).collect();
     let deadline = deadline.as_secs().max(1);
     let asked = ASKED_TWICE;
+    let functions: Vec<String> = count.iter().map(|f| quote(f)).collect();
+    let probes = if count.is_empty() {
+        String::new()
+    } else {
+        format!(
+            r#": > {tmp}/probes
+if [ -w {tracing}/kprobe_events ]; then
+  i=0
+  for f in {functions}; do
+    if echo "p:pipelock_calls/f$i $f" >> {tracing}/kprobe_events 2>/dev/null && echo 1 > {tracing}/events/pipelock_calls/f$i/enable 2>/dev/null; then
+      echo "f$i $f" >> {tmp}/probes
+    else
+      echo "- $f" >> {tmp}/probes
+    fi
+    i=$((i + 1))
+  done
+else
+  echo "none: the kernel has no kprobe events ({tracing}/kprobe_events)" > {tmp}/probes
+fi
+"#,
+            functions = functions.join(" ")
+        )
+    };
+    let counted = if count.is_empty() {
+        String::new()
+    } else {
+        format!(
+            r#"cat {tracing}/kprobe_profile > {tmp}/profile 2>/dev/null
+{bin} ab-emit {nonce} probes {tmp}/probes
+{bin} ab-emit {nonce} profile {tmp}/profile
+"#
+        )
+    };
     format!(
         r#"cd {tmp}
-{bin} {args} > {tmp}/output 2>&1 &
+{probes}{bin} {args} > {tmp}/output 2>&1 &
 pid=$!
 waited=0
 stuck=""
@@ -194,16 +247,59 @@ if [ -n "$stuck" ]; then
   sleep 1
   dmesg > {tmp}/blocked 2>&1
   echo "$waited" > {tmp}/stuck
-  {bin} ab-emit {nonce} asked {tmp}/asked
+  {counted}{bin} ab-emit {nonce} asked {tmp}/asked
   {bin} ab-emit {nonce} blocked {tmp}/blocked
   {bin} ab-emit {nonce} stuck {tmp}/stuck
 else
   wait $pid
   rc=$?
-  if [ $rc = 0 ]; then {bin} ab-emit {nonce} result {RESULT}; else echo "exit $rc" >> {tmp}/output; {bin} ab-emit {nonce} failed {tmp}/output; fi
+  {counted}if [ $rc = 0 ]; then {bin} ab-emit {nonce} result {RESULT}; else echo "exit $rc" >> {tmp}/output; {bin} ab-emit {nonce} failed {tmp}/output; fi
 fi"#,
         args = args.join(" "),
     )
+}
+
+/// The calls a measured boot counted: per function of `asked`, how often
+/// it was entered, or why it was not counted.
+pub fn calls_of(results: &[(String, Vec<u8>)], asked: &[String]) -> Vec<(String, Result<u64, String>)> {
+    let text = |name: &str| {
+        results
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, data)| String::from_utf8_lossy(data).into_owned())
+    };
+    let Some(probes) = text("probes") else {
+        return Vec::new();
+    };
+    let profile = text("profile").unwrap_or_default();
+    // `  pipelock_calls/f0     123     0`: the probe, its hits, its misses.
+    let hits = |probe: &str| -> Option<u64> {
+        let event = format!("pipelock_calls/{probe}");
+        profile.lines().find_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next() == Some(event.as_str()))
+                .then(|| words.next()?.parse().ok())
+                .flatten()
+        })
+    };
+    let mut out = Vec::new();
+    for line in probes.lines() {
+        if let Some(why) = line.strip_prefix("none: ") {
+            return asked.iter().map(|f| (f.clone(), Err(why.to_owned()))).collect();
+        }
+        match line.split_once(' ') {
+            Some(("-", function)) => out.push((
+                function.to_owned(),
+                Err("no probe point in this kernel (inlined, or not probeable)".to_owned()),
+            )),
+            Some((probe, function)) => out.push((
+                function.to_owned(),
+                hits(probe).ok_or_else(|| "its probe's count did not come back".to_owned()),
+            )),
+            None => {}
+        }
+    }
+    out
 }
 
 /// What pipelock prints on stderr the moment a thread asks for a mutex it

@@ -23,7 +23,7 @@ pub use self::{
 use crate::{
     Error,
     model::{
-        AbResult, CommandResult, FormatVersion, Hang, KernelRuns,
+        AbResult, CommandResult, FormatVersion, FunctionCalls, Hang, KernelRuns, PatchedFunction,
         judge::{self, Figures, Names},
     },
     output::Outputs,
@@ -219,6 +219,12 @@ pub fn run(options: Options) -> Result<(), Error> {
         Kernels::Built(request) => build::patched(request),
         Kernels::Given(_) => Vec::new(),
     };
+    let mut count: Vec<String> = Vec::new();
+    for function in patched.iter().flat_map(PatchedFunction::to_count) {
+        if !count.contains(&function) {
+            count.push(function);
+        }
+    }
     let (a_spec, b_spec) = (&kernels[0].spec, &kernels[1].spec);
     let work = std::env::temp_dir().join(format!("pipelock-ab-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(Error::read(work.clone()))?;
@@ -281,6 +287,7 @@ pub fn run(options: Options) -> Result<(), Error> {
                 release,
                 runs: Vec::new(),
                 hang: None,
+                calls: Vec::new(),
             });
         }
         for run in 1..=options.runs {
@@ -292,8 +299,11 @@ pub fn run(options: Options) -> Result<(), Error> {
                 let label = format!("{} run {run}/{}", ["A", "B"][at], options.runs);
                 eprintln!("pipelock ab: {label} on {}", sides[at].release);
                 let results = guest.boot(kernel, &label, |nonce| {
-                    guest::run_script(nonce, &options.command, deadline)
+                    guest::run_script(nonce, &options.command, deadline, &count)
                 })?;
+                for (function, calls) in guest::calls_of(&results, &count) {
+                    FunctionCalls::add(&mut sides[at].calls, &function, calls);
+                }
                 let failed = |reason: String| Error::Guest {
                     kernel: format!("{} ({label})", kernel.spec),
                     reason,
@@ -362,7 +372,7 @@ pub fn run(options: Options) -> Result<(), Error> {
     );
     println!("A: {} ({})\nB: {} ({})", a.release, a.spec, b.release, b.spec);
     for function in &patched {
-        println!("B changes {}", function.describe());
+        println!("B changes {}: {}", function.describe(), function.reach(&b.calls));
     }
     println!();
     if rows.is_empty() {
