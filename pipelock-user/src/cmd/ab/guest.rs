@@ -203,6 +203,8 @@ pub fn run_script_with(
         format!(
             r#": > {tmp}/probes
 if [ -w {tracing}/kprobe_events ]; then
+  # A probe counts its hits whether or not its events are recorded.
+  echo 0 > {tracing}/tracing_on 2>/dev/null
   i=0
   for f in {functions}; do
     if echo "p:pipelock_calls/f$i $f" >> {tracing}/kprobe_events 2>/dev/null && echo 1 > {tracing}/events/pipelock_calls/f$i/enable 2>/dev/null; then
