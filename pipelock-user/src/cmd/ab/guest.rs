@@ -233,7 +233,10 @@ fi
     };
     format!(
         r#"cd {tmp}
-{probes}{bin} {args} > {tmp}/output 2>&1 &
+{probes}# Emptied first: the watcher may look before the command's own
+# redirection empties it (and find an older run's deadlock line).
+: > {tmp}/output
+{bin} {args} > {tmp}/output 2>&1 &
 pid=$!
 waited=0
 stuck=""
