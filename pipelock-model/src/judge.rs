@@ -451,13 +451,19 @@ fn skipped_in(run: &Figures, figure: Figure) -> u64 {
 }
 
 /// A side's runs of a count per operation, as lower bounds where their
-/// path skipped runs: the value every run that skipped none gave alike
-/// (with those that skipped some but agree), and the runs that fell short
-/// of it by no more events than they skipped. None where the runs disagree
-/// otherwise, or where every run fell short: then the count is judged
-/// like any noisy figure.
+/// path skipped runs: the value every run gave alike; or, where they
+/// differ, the value every run that skipped none gave alike (with those
+/// that skipped some but agree), and the runs that fell short of it by no
+/// more events than they skipped. None where the runs disagree otherwise,
+/// or where every run that differs skipped: then the count is judged like
+/// any noisy figure.
 fn exact_count(side: Side, runs: &[Figures], figure: Figure) -> Option<(Vec<f64>, Vec<LowerBound>)> {
     let rounded = |v: f64| (v * 100.0).round();
+    // Alike, they lost nothing worth a hundredth per operation, skips or not.
+    let all: Vec<f64> = runs.iter().map(|run| run[&figure]).collect();
+    if !all.is_empty() && alike(&all) {
+        return Some((all, Vec::new()));
+    }
     let (whole, skipping): (Vec<_>, Vec<_>) = runs
         .iter()
         .enumerate()

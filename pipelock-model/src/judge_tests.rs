@@ -328,3 +328,20 @@ fn a_count_short_by_its_paths_skipped_runs_is_a_lower_bound() {
         "operations and skipped runs are read, not shown"
     );
 }
+
+/// Runs that all skipped some but agree lost nothing: exact.
+#[test]
+fn runs_that_all_skipped_but_agree_are_exact() {
+    let names = Names::of(&throughput_run(1, 1, 1.0));
+    let mutex = figure(MUTEX, Measure::AcquisitionsPerOperation);
+    let a = [short_run(10_000, 0, 7, 0), short_run(11_000, 0, 3, 0)];
+    let b = [short_run(10_000, 0, 0, 0), short_run(12_000, 0, 0, 0)];
+    let row = compare(&a, &b, &names, 5.0)
+        .into_iter()
+        .find(|r| r.figure == mutex)
+        .unwrap();
+    assert!(
+        row.exact && row.lower_bounds.is_empty() && row.a.n == 2,
+        "{row:?}"
+    );
+}

@@ -444,12 +444,12 @@ fn ab_guest_counts_the_calls_of_the_changed_functions() -> Result<Outcome> {
     let tmp = scratch("calls");
     let tracing = tmp.join("tracing");
     let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(tracing.join("events/pipelock_calls/f0"))?;
-    fs::write(tracing.join("events/pipelock_calls/f0/enable"), "")?;
+    fs::create_dir_all(tracing.join("events/pipelock_calls/pipelock_f0"))?;
+    fs::write(tracing.join("events/pipelock_calls/pipelock_f0/enable"), "")?;
     fs::write(tracing.join("kprobe_events"), "")?;
     fs::write(
         tracing.join("kprobe_profile"),
-        "  pipelock_calls/f0                                       42               0\n",
+        "  pipelock_f0                                       42               0\n",
     )?;
     // A pipelock whose command writes an empty result at once.
     let fake = tmp.join("pipelock");
@@ -495,7 +495,7 @@ fn ab_guest_counts_the_calls_of_the_changed_functions() -> Result<Outcome> {
     );
     ensure!(
         fs::read_to_string(tracing.join("kprobe_events"))?
-            == "p:pipelock_calls/f0 pipe_read\np:pipelock_calls/f1 pipe_set_size\n",
+            == "p:pipelock_calls/pipelock_f0 pipe_read\np:pipelock_calls/pipelock_f1 pipe_set_size\n",
         "the probes asked of the kernel"
     );
     let none = counted(&tmp.join("no-tracefs"))?;

@@ -172,7 +172,7 @@ impl GuestPaths<'static> {
 /// the kernel for its blocked tasks (sysrq `w`) and sends them back with
 /// the `deadlock:` lines (`asked`, `blocked`, `stuck`). The calls of each
 /// of `count` (functions) during the command are counted with a kprobe
-/// event each and sent back as `probes` (`fN NAME` per function probed,
+/// event each and sent back as `probes` (`pipelock_fN NAME` per function probed,
 /// `- NAME` per one the kernel has no probe point for, or `none: WHY`)
 /// and `profile` (tracefs's `kprobe_profile`: hits per probe).
 pub fn run_script(nonce: &str, command: &[String], deadline: Duration, count: &[String]) -> String {
@@ -207,8 +207,8 @@ if [ -w {tracing}/kprobe_events ]; then
   echo 0 > {tracing}/tracing_on 2>/dev/null
   i=0
   for f in {functions}; do
-    if echo "p:pipelock_calls/f$i $f" >> {tracing}/kprobe_events 2>/dev/null && echo 1 > {tracing}/events/pipelock_calls/f$i/enable 2>/dev/null; then
-      echo "f$i $f" >> {tmp}/probes
+    if echo "p:pipelock_calls/pipelock_f$i $f" >> {tracing}/kprobe_events 2>/dev/null && echo 1 > {tracing}/events/pipelock_calls/pipelock_f$i/enable 2>/dev/null; then
+      echo "pipelock_f$i $f" >> {tmp}/probes
     else
       echo "- $f" >> {tmp}/probes
     fi
@@ -277,12 +277,14 @@ pub fn calls_of(results: &[(String, Vec<u8>)], asked: &[String]) -> Vec<(String,
         return Vec::new();
     };
     let profile = text("profile").unwrap_or_default();
-    // `  pipelock_calls/f0     123     0`: the probe, its hits, its misses.
+    // `  pipelock_f0     123     0`: the probe (its event's name; with
+    // its group on some kernels), its hits, its misses.
     let hits = |probe: &str| -> Option<u64> {
-        let event = format!("pipelock_calls/{probe}");
+        let grouped = format!("pipelock_calls/{probe}");
         profile.lines().find_map(|line| {
             let mut words = line.split_whitespace();
-            (words.next() == Some(event.as_str()))
+            let name = words.next()?;
+            (name == probe || name == grouped)
                 .then(|| words.next()?.parse().ok())
                 .flatten()
         })
