@@ -13,7 +13,7 @@ use pipelock_vm::{
     kernels::{PrivateApt, vmlinuz_of_deb},
 };
 
-use crate::Error;
+use crate::{Error, model::Hang};
 
 /// The Debian suites a kernel package name is looked up in, in order.
 const SUITES: [&str; 2] = ["bookworm", "trixie-backports"];
@@ -336,6 +336,46 @@ pub fn emit(nonce: &str, name: &str, file: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// How long a guest's command may run before the guest gives up on it and
+/// reports its blocked tasks: well before qemu's `--timeout` (boot and the
+/// report must still fit), at least a minute.
+pub fn stuck_deadline(timeout: Duration) -> Duration {
+    (timeout.saturating_sub(Duration::from_secs(60)) * 3 / 4).max(Duration::from_secs(60))
+}
+
+/// The hang a guest reported, if its command stopped making progress.
+pub fn hang_of(results: &[(String, Vec<u8>)], run: u32) -> Option<Hang> {
+    let text = |name: &str| {
+        results
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, data)| String::from_utf8_lossy(data).into_owned())
+    };
+    let after_s = text("stuck")?.trim().parse().unwrap_or(0);
+    Some(Hang {
+        run,
+        after_s,
+        asked_twice: text("asked")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(ASKED_TWICE))
+            .map(str::to_owned)
+            .collect(),
+        blocked: blocked_report(&text("blocked").unwrap_or_default()).join("\n"),
+    })
+}
+
+/// The kernel log's last blocked-task report (sysrq `w`), from its
+/// header on; the boot messages before it are left out.
+fn blocked_report(log: &str) -> Vec<&str> {
+    let lines: Vec<&str> = log.lines().collect();
+    let from = lines
+        .iter()
+        .rposition(|l| l.contains("Show Blocked State"))
+        .unwrap_or(lines.len());
+    lines[from..].to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,5 +417,34 @@ mod tests {
         let err = resolve("/no/such/kernel").unwrap_err().to_string();
         assert!(err.contains("no such file"), "{err}");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stuck_guest_is_read_as_its_hang() {
+        let frame = |name: &str, text: &str| (name.to_owned(), text.as_bytes().to_vec());
+        let log = "[    0.0] Linux version 6.1\n[   40.1] sysrq: Show Blocked State\n\
+                   [   40.1] task:paths state:D stack:0 pid:413\n";
+        let results = [
+            frame(
+                "asked",
+                "pipelock: deadlock: paths(412/413) asked for the mutex of pipe:[9] (0x1) that it already holds\n",
+            ),
+            frame("blocked", log),
+            frame("stuck", "3\n"),
+        ];
+        let hang = hang_of(&results, 2).unwrap();
+        assert_eq!((hang.run, hang.after_s, hang.asked_twice.len()), (2, 3, 1));
+        assert!(
+            hang.blocked.starts_with("[   40.1] sysrq: Show Blocked State"),
+            "{}",
+            hang.blocked
+        );
+        assert!(!hang.blocked.contains("Linux version"));
+        assert!(
+            hang_of(&results[..2], 2).is_none(),
+            "no `stuck`: the command ended"
+        );
+        assert_eq!(stuck_deadline(Duration::from_secs(600)), Duration::from_secs(405));
+        assert_eq!(stuck_deadline(Duration::from_secs(45)), Duration::from_secs(60));
     }
 }

@@ -18,12 +18,12 @@ use std::{
 use self::guest::Kernel;
 pub use self::{
     build::{Kernels, kernels_asked},
-    guest::emit,
+    guest::{emit, hang_of},
 };
 use crate::{
     Error,
     model::{
-        AbResult, CommandResult, FormatVersion, FunctionCalls, Hang, KernelRuns, PatchedFunction,
+        AbResult, CommandResult, FormatVersion, FunctionCalls, KernelRuns, PatchedFunction,
         judge::{self, Figures, Names},
     },
     output::Outputs,
@@ -267,7 +267,7 @@ pub fn run(options: Options) -> Result<(), Error> {
             ""
         }
     );
-    let deadline = stuck_deadline(options.timeout);
+    let deadline = guest::stuck_deadline(options.timeout);
     let measured = (|| -> Result<[KernelRuns; 2], Error> {
         let mut sides = Vec::with_capacity(2);
         for (kernel, side) in kernels.iter().zip(["A", "B"]) {
@@ -418,46 +418,6 @@ pub fn run(options: Options) -> Result<(), Error> {
     }
 }
 
-/// How long a guest's command may run before the guest gives up on it and
-/// reports its blocked tasks: well before qemu's `--timeout` (boot and the
-/// report must still fit), at least a minute.
-fn stuck_deadline(timeout: Duration) -> Duration {
-    (timeout.saturating_sub(Duration::from_secs(60)) * 3 / 4).max(Duration::from_secs(60))
-}
-
-/// The hang a guest reported, if its command stopped making progress.
-pub fn hang_of(results: &[(String, Vec<u8>)], run: u32) -> Option<Hang> {
-    let text = |name: &str| {
-        results
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, data)| String::from_utf8_lossy(data).into_owned())
-    };
-    let after_s = text("stuck")?.trim().parse().unwrap_or(0);
-    Some(Hang {
-        run,
-        after_s,
-        asked_twice: text("asked")
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains(guest::ASKED_TWICE))
-            .map(str::to_owned)
-            .collect(),
-        blocked: blocked_report(&text("blocked").unwrap_or_default()).join("\n"),
-    })
-}
-
-/// The kernel log's last blocked-task report (sysrq `w`), from its
-/// header on; the boot messages before it are left out.
-fn blocked_report(log: &str) -> Vec<&str> {
-    let lines: Vec<&str> = log.lines().collect();
-    let from = lines
-        .iter()
-        .rposition(|l| l.contains("Show Blocked State"))
-        .unwrap_or(lines.len());
-    lines[from..].to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,34 +435,5 @@ mod tests {
             "the guest stopped without its result; its last line: Probing EDD (edd=off to disable)... ok"
         );
         assert!(boot_failure("\u{1b}[2J\n\n", false, timeout).contains("not a bootable kernel"));
-    }
-
-    #[test]
-    fn a_stuck_guest_is_read_as_its_hang() {
-        let frame = |name: &str, text: &str| (name.to_owned(), text.as_bytes().to_vec());
-        let log = "[    0.0] Linux version 6.1\n[   40.1] sysrq: Show Blocked State\n\
-                   [   40.1] task:paths state:D stack:0 pid:413\n";
-        let results = [
-            frame(
-                "asked",
-                "pipelock: deadlock: paths(412/413) asked for the mutex of pipe:[9] (0x1) that it already holds\n",
-            ),
-            frame("blocked", log),
-            frame("stuck", "3\n"),
-        ];
-        let hang = hang_of(&results, 2).unwrap();
-        assert_eq!((hang.run, hang.after_s, hang.asked_twice.len()), (2, 3, 1));
-        assert!(
-            hang.blocked.starts_with("[   40.1] sysrq: Show Blocked State"),
-            "{}",
-            hang.blocked
-        );
-        assert!(!hang.blocked.contains("Linux version"));
-        assert!(
-            hang_of(&results[..2], 2).is_none(),
-            "no `stuck`: the command ended"
-        );
-        assert_eq!(stuck_deadline(Duration::from_secs(600)), Duration::from_secs(405));
-        assert_eq!(stuck_deadline(Duration::from_secs(45)), Duration::from_secs(60));
     }
 }
