@@ -344,4 +344,10 @@ fn runs_that_all_skipped_but_agree_are_exact() {
         row.exact && row.lower_bounds.is_empty() && row.a.n == 2,
         "{row:?}"
     );
+    // One run each, A's having skipped: a lower bound, not exact.
+    let lone = compare(&a[..1], &b[..1], &names, 5.0)
+        .into_iter()
+        .find(|r| r.figure == mutex)
+        .unwrap();
+    assert!(!lone.exact && lone.lower_bounds.len() == 1, "{lone:?}");
 }

@@ -64,8 +64,11 @@ pub(super) fn ab_with(choice: &[&str], runs: &str) -> Result<(Option<i32>, Strin
         "run",
         "pipe-throughput",
         "--trace",
+        // Kernels built from a tree have full preemption, which makes
+        // fentry programs skip runs (each can lose an event); kprobes run
+        // with preemption off, so the counts per pair stay exact.
         "--trace-mode",
-        "fentry",
+        "kprobe",
         "--duration",
         "1",
         "--passes",
