@@ -47,11 +47,12 @@ fn spans(source: &str) -> Vec<Span> {
         }
         let body = i;
         // The signature: the lines above, back to a blank line or the end
-        // of something else (a `;`, a `}`, a comment's end, a directive).
+        // of something else (a `;`, a `}`, a comment, a directive).
         let mut start = body;
         while start > 0 {
             let above = lines[start - 1].trim_end();
             if above.is_empty()
+                || above.trim_start().starts_with("//")
                 || above.ends_with(';')
                 || above.ends_with('}')
                 || above.ends_with("*/")
@@ -345,6 +346,13 @@ static const struct file_operations pipefifo_fops = {
 \t.fcntl = pipe_fcntl,
 };
 ";
+
+    #[test]
+    fn a_line_comment_above_a_signature_is_not_part_of_it() {
+        let source = "// see pipe_write() for the other side\nstatic int f(int a)\n{\n\treturn a;\n}\n";
+        let found: Vec<(String, usize)> = spans(source).into_iter().map(|s| (s.name, s.start)).collect();
+        assert_eq!(found, vec![("f".to_owned(), 2)]);
+    }
 
     #[test]
     fn bodies_are_found_kernel_style() {
